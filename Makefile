@@ -1,0 +1,34 @@
+# Two commands: `make lab` (the main job) and `make test`. A fresh machine needs nothing else.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+STAMP := $(VENV)/.nbdebug-installed
+
+.PHONY: lab test setup lint bench clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+# Reinstall when the packaging, the pins or the native statistics kernel change.
+$(STAMP): $(PY) pyproject.toml constraints.txt setup.py $(wildcard nbdebug/frameworks/*.c)
+	$(PIP) install -q -c constraints.txt -e '.[dev]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+lab: setup
+	$(VENV)/bin/jupyter lab notebooks/quickstart.ipynb
+
+lint: setup
+	$(VENV)/bin/ruff check nbdebug tests bench
+
+test: setup lint
+	$(PY) -m pytest -q tests
+
+bench: setup
+	$(PY) bench/overhead.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,809 @@
+/*
+ * nbdebug._fastats -- single-pass tensor statistics kernel.
+ *
+ * Plain CPython extension (only Python.h plus compiler intrinsics headers; no torch/numpy headers).
+ *
+ *   reduce(ptr, numel, dtype, out_ptr) -> None
+ *
+ * reads `numel` contiguous elements of `dtype` at address `ptr` and writes 9 float64 values at
+ * `out_ptr`:  [max, min, sum, abs_sum, sq_sum, zero_count, nan_count, pos_inf_count, neg_inf_count]
+ *
+ * Semantics equal numpy on the data converted to float64: max/min are NaN when any NaN is present,
+ * sums are accumulated in double (NaN/Inf propagate naturally), zero_count counts +0 and -0.
+ * numel == 0 gives max = min = NaN and zero sums/counts.
+ *
+ * Design: the data is processed in blocks of BLOCK elements.  A vectorised "fast" block kernel
+ * computes max/min/sum/abs_sum/sq_sum/zero_count assuming every value is finite.  If the block's
+ * abs_sum comes out non-finite the block contains NaN/Inf (or, for float64, values whose absolute
+ * sum overflows); only then is a cheap counting pass run over the (cache-resident) block to get the
+ * NaN/+Inf/-Inf counts.  The sums of the fast pass are already correct in that case (NaN and Inf
+ * propagate exactly as in numpy), and max/min only matter when no NaN is present, where the
+ * vector max/min instructions are exact (they order +-Inf correctly).
+ *
+ * x86-64 builds (GCC/Clang) carry AVX-512 and AVX2 versions of the float kernels selected at import
+ * time with __builtin_cpu_supports; everything else uses portable C.  No -march flags are needed.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__)) && \
+    !defined(FASTATS_NO_SIMD)
+#define FASTATS_X86 1
+#include <cpuid.h>
+#include <immintrin.h>
+#define FASTATS_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define FASTATS_AVX512 __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx2,fma,f16c")))
+#else
+#define FASTATS_X86 0
+#endif
+
+#if defined(__GNUC__) || defined(__clang__)
+#define FASTATS_INLINE static inline __attribute__((always_inline))
+#else
+#define FASTATS_INLINE static __inline
+#endif
+
+enum {
+    DT_FLOAT32 = 0,
+    DT_FLOAT64 = 1,
+    DT_FLOAT16 = 2,
+    DT_BFLOAT16 = 3,
+    DT_INT8 = 4,
+    DT_UINT8 = 5,
+    DT_INT16 = 6,
+    DT_INT32 = 7,
+    DT_INT64 = 8,
+    DT_BOOL = 9,
+    DT_COUNT = 10
+};
+
+static const size_t ELSIZE[DT_COUNT] = {4, 8, 2, 2, 1, 1, 2, 4, 8, 1};
+
+/* Elements per block.  Small enough that a block stays in L1/L2 for the rare re-scan. */
+#define BLOCK 4096
+/* Release the GIL above this many elements. */
+#define GIL_RELEASE_NUMEL 32768
+
+typedef struct {
+    double max, min, sum, asum, sq;
+    int64_t zero;
+} blk_t;
+
+typedef struct {
+    double max, min, sum, asum, sq;
+    int64_t zero, nan, pinf, ninf;
+} stats_t;
+
+typedef void (*blk_fn)(const char *p, size_t n, blk_t *r);
+
+/* ------------------------------------------------------------------------------------------ */
+/* scalar element loaders (memcpy: safe for any alignment, compiles to a plain load)           */
+
+FASTATS_INLINE uint16_t ld_u16(const char *p) {
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return v;
+}
+
+FASTATS_INLINE uint32_t ld_u32(const char *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+FASTATS_INLINE float bits_to_f32(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+FASTATS_INLINE uint32_t f32_to_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+/* IEEE binary16 -> binary32, exact, integer-only for normals/Inf/NaN so it does not depend on the
+ * FTZ/DAZ state (subnormal halves become normal floats: m * 2^-24 is exact). */
+FASTATS_INLINE float f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t e = h & 0x7c00u, m = h & 0x03ffu;
+    if (e == 0x7c00u) return bits_to_f32(sign | 0x7f800000u | (m << 13));
+    if (e == 0) return bits_to_f32(sign | f32_to_bits((float)m * 5.9604644775390625e-08f));
+    return bits_to_f32(sign | ((((uint32_t)h & 0x7fffu) << 13) + ((127u - 15u) << 23)));
+}
+
+FASTATS_INLINE float bf16_to_f32(uint16_t h) { return bits_to_f32((uint32_t)h << 16); }
+
+FASTATS_INLINE double ld_f32(const char *p) {
+    float f;
+    memcpy(&f, p, 4);
+    return (double)f;
+}
+FASTATS_INLINE double ld_f64(const char *p) {
+    double d;
+    memcpy(&d, p, 8);
+    return d;
+}
+FASTATS_INLINE double ld_f16(const char *p) { return (double)f16_to_f32(ld_u16(p)); }
+FASTATS_INLINE double ld_bf16(const char *p) { return (double)bf16_to_f32(ld_u16(p)); }
+
+/* ------------------------------------------------------------------------------------------ */
+/* portable block kernels (fallback on every platform, also used for tails)                    */
+
+/* Float-like types: 4 independent accumulator chains; values assumed finite (see header). */
+#define GENERIC_FLOAT_KERNEL(NAME, ES, LOAD)                                                    \
+    static void NAME(const char *p, size_t n, blk_t *r) {                                       \
+        double s[4] = {0, 0, 0, 0}, a[4] = {0, 0, 0, 0}, q[4] = {0, 0, 0, 0};                   \
+        double mx = -INFINITY, mn = INFINITY;                                                   \
+        int64_t z = 0;                                                                          \
+        size_t i = 0;                                                                           \
+        for (; i + 4 <= n; i += 4) {                                                            \
+            for (size_t k = 0; k < 4; k++) {                                                    \
+                double v = LOAD(p + (i + k) * (ES));                                            \
+                s[k] += v;                                                                      \
+                a[k] += fabs(v);                                                                \
+                q[k] += v * v;                                                                  \
+                z += (v == 0.0);                                                                \
+                mx = v > mx ? v : mx;                                                           \
+                mn = v < mn ? v : mn;                                                           \
+            }                                                                                   \
+        }                                                                                       \
+        for (; i < n; i++) {                                                                    \
+            double v = LOAD(p + i * (ES));                                                      \
+            s[0] += v;                                                                          \
+            a[0] += fabs(v);                                                                    \
+            q[0] += v * v;                                                                      \
+            z += (v == 0.0);                                                                    \
+            mx = v > mx ? v : mx;                                                               \
+            mn = v < mn ? v : mn;                                                               \
+        }                                                                                       \
+        r->sum = (s[0] + s[1]) + (s[2] + s[3]);                                                 \
+        r->asum = (a[0] + a[1]) + (a[2] + a[3]);                                                \
+        r->sq = (q[0] + q[1]) + (q[2] + q[3]);                                                  \
+        r->max = mx;                                                                            \
+        r->min = mn;                                                                            \
+        r->zero = z;                                                                            \
+    }
+
+GENERIC_FLOAT_KERNEL(gen_f32, 4, ld_f32)
+GENERIC_FLOAT_KERNEL(gen_f64, 8, ld_f64)
+GENERIC_FLOAT_KERNEL(gen_f16, 2, ld_f16)
+GENERIC_FLOAT_KERNEL(gen_bf16, 2, ld_bf16)
+
+/* Small integers: exact integer accumulation (a block has <= BLOCK = 4096 elements, so int32 sums
+ * cannot overflow; int16 squares need int64).  Integer reductions auto-vectorise at -O3; an AVX2
+ * instance is compiled too. */
+#define SMALL_INT_KERNEL(NAME, ATTR, CTYPE, XFORM, SQT)                                         \
+    static ATTR void NAME(const char *p, size_t n, blk_t *r) {                                  \
+        int32_t s = 0, a = 0, z = 0;                                                            \
+        SQT q = 0;                                                                              \
+        int32_t mx = INT32_MIN, mn = INT32_MAX;                                                 \
+        for (size_t i = 0; i < n; i++) {                                                        \
+            CTYPE raw;                                                                          \
+            memcpy(&raw, p + i * sizeof(CTYPE), sizeof(CTYPE));                                 \
+            int32_t v = XFORM(raw);                                                             \
+            s += v;                                                                             \
+            a += v < 0 ? -v : v;                                                                \
+            q += (SQT)v * (SQT)v;                                                               \
+            z += (v == 0);                                                                      \
+            mx = v > mx ? v : mx;                                                               \
+            mn = v < mn ? v : mn;                                                               \
+        }                                                                                       \
+        r->sum = (double)s;                                                                     \
+        r->asum = (double)a;                                                                    \
+        r->sq = (double)q;                                                                      \
+        r->max = n ? (double)mx : -INFINITY;                                                    \
+        r->min = n ? (double)mn : INFINITY;                                                     \
+        r->zero = z;                                                                            \
+    }
+
+#define XF_ID(x) ((int32_t)(x))
+#define XF_BOOL(x) ((int32_t)((x) != 0))
+#define SMALL_INT_KERNELS(PFX, ATTR)                                                            \
+    SMALL_INT_KERNEL(PFX##_i8, ATTR, int8_t, XF_ID, int32_t)                                    \
+    SMALL_INT_KERNEL(PFX##_u8, ATTR, uint8_t, XF_ID, int32_t)                                   \
+    SMALL_INT_KERNEL(PFX##_i16, ATTR, int16_t, XF_ID, int64_t)                                  \
+    SMALL_INT_KERNEL(PFX##_bool, ATTR, uint8_t, XF_BOOL, int32_t)
+
+#define NO_ATTR
+SMALL_INT_KERNELS(gen, NO_ATTR)
+
+/* int32: exact int64 sum/abs_sum (|v| <= 2^31, BLOCK elements), double sq_sum. */
+static void gen_i32(const char *p, size_t n, blk_t *r) {
+    int64_t s = 0, a = 0, z = 0;
+    double q[4] = {0, 0, 0, 0};
+    int32_t mx = INT32_MIN, mn = INT32_MAX;
+    for (size_t i = 0; i < n; i++) {
+        int32_t v;
+        memcpy(&v, p + i * 4, 4);
+        int64_t w = v;
+        s += w;
+        a += w < 0 ? -w : w;
+        z += (v == 0);
+        mx = v > mx ? v : mx;
+        mn = v < mn ? v : mn;
+        q[i & 3] += (double)w * (double)w;
+    }
+    r->sum = (double)s;
+    r->asum = (double)a;
+    r->sq = (q[0] + q[1]) + (q[2] + q[3]);
+    r->max = n ? (double)mx : -INFINITY;
+    r->min = n ? (double)mn : INFINITY;
+    r->zero = z;
+}
+
+/* int64: numpy converts to float64 first, so accumulate the converted values in double. */
+static void gen_i64(const char *p, size_t n, blk_t *r) {
+    double s[4] = {0, 0, 0, 0}, a[4] = {0, 0, 0, 0}, q[4] = {0, 0, 0, 0};
+    int64_t z = 0, mx = INT64_MIN, mn = INT64_MAX;
+    for (size_t i = 0; i < n; i++) {
+        int64_t v;
+        memcpy(&v, p + i * 8, 8);
+        double d = (double)v;
+        s[i & 3] += d;
+        a[i & 3] += fabs(d);
+        q[i & 3] += d * d;
+        z += (v == 0);
+        mx = v > mx ? v : mx;
+        mn = v < mn ? v : mn;
+    }
+    r->sum = (s[0] + s[1]) + (s[2] + s[3]);
+    r->asum = (a[0] + a[1]) + (a[2] + a[3]);
+    r->sq = (q[0] + q[1]) + (q[2] + q[3]);
+    r->max = n ? (double)mx : -INFINITY;
+    r->min = n ? (double)mn : INFINITY;
+    r->zero = z;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* NaN / Inf counting pass (only run on blocks whose fast abs_sum is not finite).              */
+/* Bit tests on the raw encoding: integer-only, vectorises, independent of FP modes.           */
+
+#define COUNT_NONFINITE(NAME, ATTR)                                                             \
+    static ATTR void NAME(const char *p, size_t n, int dt, stats_t *s) {                        \
+        int32_t nan = 0, pinf = 0, ninf = 0; /* n <= BLOCK */                                   \
+        size_t i;                                                                               \
+        switch (dt) {                                                                           \
+        case DT_FLOAT32:                                                                        \
+            for (i = 0; i < n; i++) {                                                           \
+                uint32_t u = ld_u32(p + 4 * i);                                                 \
+                nan += (u & 0x7fffffffu) > 0x7f800000u;                                         \
+                pinf += u == 0x7f800000u;                                                       \
+                ninf += u == 0xff800000u;                                                       \
+            }                                                                                   \
+            break;                                                                              \
+        case DT_FLOAT64:                                                                        \
+            for (i = 0; i < n; i++) {                                                           \
+                uint64_t u;                                                                     \
+                memcpy(&u, p + 8 * i, 8);                                                       \
+                nan += (u & 0x7fffffffffffffffull) > 0x7ff0000000000000ull;                     \
+                pinf += u == 0x7ff0000000000000ull;                                             \
+                ninf += u == 0xfff0000000000000ull;                                             \
+            }                                                                                   \
+            break;                                                                              \
+        case DT_FLOAT16:                                                                        \
+            for (i = 0; i < n; i++) {                                                           \
+                uint16_t u = ld_u16(p + 2 * i);                                                 \
+                nan += (u & 0x7fffu) > 0x7c00u;                                                 \
+                pinf += u == 0x7c00u;                                                           \
+                ninf += u == 0xfc00u;                                                           \
+            }                                                                                   \
+            break;                                                                              \
+        case DT_BFLOAT16:                                                                       \
+            for (i = 0; i < n; i++) {                                                           \
+                uint16_t u = ld_u16(p + 2 * i);                                                 \
+                nan += (u & 0x7fffu) > 0x7f80u;                                                 \
+                pinf += u == 0x7f80u;                                                           \
+                ninf += u == 0xff80u;                                                           \
+            }                                                                                   \
+            break;                                                                              \
+        default:                                                                                \
+            break;                                                                              \
+        }                                                                                       \
+        s->nan += nan;                                                                          \
+        s->pinf += pinf;                                                                        \
+        s->ninf += ninf;                                                                        \
+    }
+
+COUNT_NONFINITE(gen_count_nonfinite, NO_ATTR)
+
+/* ------------------------------------------------------------------------------------------ */
+/* x86 SIMD kernels                                                                             */
+
+#if FASTATS_X86
+
+/* ---- AVX2 ---------------------------------------------------------------------------------- */
+
+/* Shared body for float-source types.  LOADX(i) -> __m256 of 8 floats at element i;
+ * LO(x, i) / HI(x, i) -> __m128 halves of x (f32 reloads them from memory so the conversion can
+ * take a memory operand).  TAIL is the portable kernel used for the < 16 leftover elements. */
+#define AVX2_FLOAT_KERNEL(NAME, LOADX, LO, HI, TAIL, ES)                                        \
+    static FASTATS_AVX2 void NAME(const char *p, size_t n, blk_t *r) {                          \
+        const __m256 zero = _mm256_setzero_ps();                                                \
+        const __m256d absm = _mm256_castsi256_pd(_mm256_set1_epi64x(0x7fffffffffffffffLL));     \
+        __m256 mx = _mm256_set1_ps(-INFINITY), mn = _mm256_set1_ps(INFINITY);                   \
+        __m256d s = _mm256_setzero_pd(), a = s, q0 = s;                                          \
+        __m256i z = _mm256_setzero_si256();                                                     \
+        size_t i = 0;                                                                           \
+        /* 16 elements per step; every loop-carried chain gets one op per step (16 ymm regs). */ \
+        for (; i + 16 <= n; i += 16) {                                                          \
+            __m256 x0 = LOADX(i), x1 = LOADX(i + 8);                                            \
+            mx = _mm256_max_ps(_mm256_max_ps(x0, x1), mx);                                      \
+            mn = _mm256_min_ps(_mm256_min_ps(x0, x1), mn);                                      \
+            __m256 e0 = _mm256_cmp_ps(x0, zero, _CMP_EQ_OQ);                                    \
+            __m256 e1 = _mm256_cmp_ps(x1, zero, _CMP_EQ_OQ);                                    \
+            z = _mm256_add_epi32(z, _mm256_add_epi32(_mm256_castps_si256(e0),                   \
+                                                     _mm256_castps_si256(e1)));                 \
+            __m256d d0 = _mm256_cvtps_pd(LO(x0, i)), d1 = _mm256_cvtps_pd(HI(x0, i));           \
+            __m256d d2 = _mm256_cvtps_pd(LO(x1, i + 8)), d3 = _mm256_cvtps_pd(HI(x1, i + 8));   \
+            s = _mm256_add_pd(s, _mm256_add_pd(_mm256_add_pd(d0, d1), _mm256_add_pd(d2, d3)));  \
+            a = _mm256_add_pd(a, _mm256_add_pd(_mm256_add_pd(_mm256_and_pd(d0, absm),           \
+                                                             _mm256_and_pd(d1, absm)),          \
+                                               _mm256_add_pd(_mm256_and_pd(d2, absm),           \
+                                                             _mm256_and_pd(d3, absm))));        \
+            q0 = _mm256_add_pd(q0, _mm256_add_pd(_mm256_fmadd_pd(d1, d1, _mm256_mul_pd(d0, d0)),     \
+                                                 _mm256_fmadd_pd(d3, d3, _mm256_mul_pd(d2, d2))));   \
+        }                                                                                       \
+        float fmx[8], fmn[8];                                                                   \
+        double ds[4], da[4], dq[4];                                                             \
+        int32_t iz[8];                                                                          \
+        _mm256_storeu_ps(fmx, mx);                                                              \
+        _mm256_storeu_ps(fmn, mn);                                                              \
+        _mm256_storeu_pd(ds, s);                                                                \
+        _mm256_storeu_pd(da, a);                                                                \
+        _mm256_storeu_pd(dq, q0);                                                               \
+        _mm256_storeu_si256((__m256i *)iz, z);                                                  \
+        blk_t t;                                                                                \
+        TAIL(p + i * (ES), n - i, &t);                                                          \
+        double fmax_ = t.max, fmin_ = t.min;                                                    \
+        int64_t zc = t.zero;                                                                    \
+        for (int k = 0; k < 8; k++) {                                                           \
+            fmax_ = fmx[k] > fmax_ ? fmx[k] : fmax_;                                            \
+            fmin_ = fmn[k] < fmin_ ? fmn[k] : fmin_;                                            \
+            zc -= iz[k];                                                                        \
+        }                                                                                       \
+        r->sum = ((ds[0] + ds[1]) + (ds[2] + ds[3])) + t.sum;                                   \
+        r->asum = ((da[0] + da[1]) + (da[2] + da[3])) + t.asum;                                 \
+        r->sq = ((dq[0] + dq[1]) + (dq[2] + dq[3])) + t.sq;                                     \
+        r->max = fmax_;                                                                         \
+        r->min = fmin_;                                                                         \
+        r->zero = zc;                                                                           \
+    }
+
+#define F32_LOADX(i) _mm256_loadu_ps((const float *)p + (i))
+#define F32_LO(x, i) _mm_loadu_ps((const float *)p + (i))
+#define F32_HI(x, i) _mm_loadu_ps((const float *)p + (i) + 4)
+#define X_LO(x, i) _mm256_castps256_ps128(x)
+#define X_HI(x, i) _mm256_extractf128_ps((x), 1)
+#define F16_LOADX(i) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 2 * (i))))
+#define BF16_LOADX(i)                                                                           \
+    _mm256_castsi256_ps(_mm256_slli_epi32(                                                      \
+        _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p + 2 * (i)))), 16))
+
+AVX2_FLOAT_KERNEL(avx2_f32, F32_LOADX, F32_LO, F32_HI, gen_f32, 4)
+AVX2_FLOAT_KERNEL(avx2_f16, F16_LOADX, X_LO, X_HI, gen_f16, 2)
+AVX2_FLOAT_KERNEL(avx2_bf16, BF16_LOADX, X_LO, X_HI, gen_bf16, 2)
+
+/* Double-lane kernel: LOADD(i) -> __m256d of 4 values at element i converted to double. */
+#define AVX2_DOUBLE_KERNEL(NAME, LOADD, TAIL, ES)                                               \
+    static FASTATS_AVX2 void NAME(const char *p, size_t n, blk_t *r) {                          \
+        const __m256d zero = _mm256_setzero_pd();                                               \
+        const __m256d absm = _mm256_castsi256_pd(_mm256_set1_epi64x(0x7fffffffffffffffLL));     \
+        __m256d mx = _mm256_set1_pd(-INFINITY), mn = _mm256_set1_pd(INFINITY);                  \
+        __m256d s0 = zero, s1 = zero, a0 = zero, a1 = zero, q0 = zero, q1 = zero;               \
+        __m256i z = _mm256_setzero_si256();                                                     \
+        size_t i = 0;                                                                           \
+        for (; i + 8 <= n; i += 8) {                                                            \
+            __m256d x0 = LOADD(i), x1 = LOADD(i + 4);                                           \
+            mx = _mm256_max_pd(_mm256_max_pd(x0, x1), mx);                                      \
+            mn = _mm256_min_pd(_mm256_min_pd(x0, x1), mn);                                      \
+            __m256d e0 = _mm256_cmp_pd(x0, zero, _CMP_EQ_OQ);                                   \
+            __m256d e1 = _mm256_cmp_pd(x1, zero, _CMP_EQ_OQ);                                   \
+            z = _mm256_add_epi64(z, _mm256_add_epi64(_mm256_castpd_si256(e0),                   \
+                                                     _mm256_castpd_si256(e1)));                 \
+            s0 = _mm256_add_pd(s0, x0);                                                         \
+            s1 = _mm256_add_pd(s1, x1);                                                         \
+            a0 = _mm256_add_pd(a0, _mm256_and_pd(x0, absm));                                    \
+            a1 = _mm256_add_pd(a1, _mm256_and_pd(x1, absm));                                    \
+            q0 = _mm256_fmadd_pd(x0, x0, q0);                                                   \
+            q1 = _mm256_fmadd_pd(x1, x1, q1);                                                   \
+        }                                                                                       \
+        s0 = _mm256_add_pd(s0, s1);                                                             \
+        a0 = _mm256_add_pd(a0, a1);                                                             \
+        q0 = _mm256_add_pd(q0, q1);                                                             \
+        double dmx[4], dmn[4], ds[4], da[4], dq[4];                                             \
+        int64_t iz[4];                                                                          \
+        _mm256_storeu_pd(dmx, mx);                                                              \
+        _mm256_storeu_pd(dmn, mn);                                                              \
+        _mm256_storeu_pd(ds, s0);                                                               \
+        _mm256_storeu_pd(da, a0);                                                               \
+        _mm256_storeu_pd(dq, q0);                                                               \
+        _mm256_storeu_si256((__m256i *)iz, z);                                                  \
+        blk_t t;                                                                                \
+        TAIL(p + i * (ES), n - i, &t);                                                          \
+        double fmax_ = t.max, fmin_ = t.min;                                                    \
+        int64_t zc = t.zero;                                                                    \
+        for (int k = 0; k < 4; k++) {                                                           \
+            fmax_ = dmx[k] > fmax_ ? dmx[k] : fmax_;                                            \
+            fmin_ = dmn[k] < fmin_ ? dmn[k] : fmin_;                                            \
+            zc -= iz[k];                                                                        \
+        }                                                                                       \
+        r->sum = ((ds[0] + ds[1]) + (ds[2] + ds[3])) + t.sum;                                   \
+        r->asum = ((da[0] + da[1]) + (da[2] + da[3])) + t.asum;                                 \
+        r->sq = ((dq[0] + dq[1]) + (dq[2] + dq[3])) + t.sq;                                     \
+        r->max = fmax_;                                                                         \
+        r->min = fmin_;                                                                         \
+        r->zero = zc;                                                                           \
+    }
+
+#define F64_LOADD(i) _mm256_loadu_pd((const double *)p + (i))
+#define I32_LOADD(i) _mm256_cvtepi32_pd(_mm_loadu_si128((const __m128i *)(p + 4 * (i))))
+AVX2_DOUBLE_KERNEL(avx2_f64, F64_LOADD, gen_f64, 8)
+AVX2_DOUBLE_KERNEL(avx2_i32, I32_LOADD, gen_i32, 4)
+
+SMALL_INT_KERNELS(avx2, FASTATS_AVX2)
+COUNT_NONFINITE(avx2_count_nonfinite, FASTATS_AVX2)
+
+/* ---- AVX-512 ------------------------------------------------------------------------------- */
+
+/* LOADX(i) -> __m512 of 16 floats; LO/HI -> __m256 halves. */
+#define AVX512_FLOAT_KERNEL(NAME, LOADX, LO, HI, TAIL, ES)                                      \
+    static FASTATS_AVX512 void NAME(const char *p, size_t n, blk_t *r) {                        \
+        const __m512 zero = _mm512_setzero_ps();                                                \
+        const __m512i one = _mm512_set1_epi32(1);                                               \
+        __m512 mx0 = _mm512_set1_ps(-INFINITY), mn0 = _mm512_set1_ps(INFINITY);                 \
+        __m512 mx1 = mx0, mn1 = mn0;                                                            \
+        __m512d s0 = _mm512_setzero_pd(), s1 = s0, s2 = s0, s3 = s0;                            \
+        __m512d a0 = s0, a1 = s0, a2 = s0, a3 = s0, q0 = s0, q1 = s0, q2 = s0, q3 = s0;         \
+        __m512i z0 = _mm512_setzero_si512(), z1 = z0;                                           \
+        size_t i = 0;                                                                           \
+        for (; i + 32 <= n; i += 32) {                                                          \
+            __m512 x0 = LOADX(i), x1 = LOADX(i + 16);                                           \
+            mx0 = _mm512_max_ps(x0, mx0);                                                       \
+            mn0 = _mm512_min_ps(x0, mn0);                                                       \
+            mx1 = _mm512_max_ps(x1, mx1);                                                       \
+            mn1 = _mm512_min_ps(x1, mn1);                                                       \
+            z0 = _mm512_mask_add_epi32(z0, _mm512_cmp_ps_mask(x0, zero, _CMP_EQ_OQ), z0, one);  \
+            z1 = _mm512_mask_add_epi32(z1, _mm512_cmp_ps_mask(x1, zero, _CMP_EQ_OQ), z1, one);  \
+            __m512d d0 = _mm512_cvtps_pd(LO(x0, i)), d1 = _mm512_cvtps_pd(HI(x0, i));           \
+            __m512d d2 = _mm512_cvtps_pd(LO(x1, i + 16)), d3 = _mm512_cvtps_pd(HI(x1, i + 16)); \
+            s0 = _mm512_add_pd(s0, d0);                                                         \
+            s1 = _mm512_add_pd(s1, d1);                                                         \
+            s2 = _mm512_add_pd(s2, d2);                                                         \
+            s3 = _mm512_add_pd(s3, d3);                                                         \
+            a0 = _mm512_add_pd(a0, _mm512_abs_pd(d0));                                          \
+            a1 = _mm512_add_pd(a1, _mm512_abs_pd(d1));                                          \
+            a2 = _mm512_add_pd(a2, _mm512_abs_pd(d2));                                          \
+            a3 = _mm512_add_pd(a3, _mm512_abs_pd(d3));                                          \
+            q0 = _mm512_fmadd_pd(d0, d0, q0);                                                   \
+            q1 = _mm512_fmadd_pd(d1, d1, q1);                                                   \
+            q2 = _mm512_fmadd_pd(d2, d2, q2);                                                   \
+            q3 = _mm512_fmadd_pd(d3, d3, q3);                                                   \
+        }                                                                                       \
+        blk_t t;                                                                                \
+        TAIL(p + i * (ES), n - i, &t);                                                          \
+        mx0 = _mm512_max_ps(mx0, mx1);                                                          \
+        mn0 = _mm512_min_ps(mn0, mn1);                                                          \
+        double mx = _mm512_reduce_max_ps(mx0), mn = _mm512_reduce_min_ps(mn0);                  \
+        r->max = t.max > mx ? t.max : mx;                                                       \
+        r->min = t.min < mn ? t.min : mn;                                                       \
+        r->sum = _mm512_reduce_add_pd(_mm512_add_pd(_mm512_add_pd(s0, s1), _mm512_add_pd(s2, s3))) \
+                 + t.sum;                                                                       \
+        r->asum =                                                                               \
+            _mm512_reduce_add_pd(_mm512_add_pd(_mm512_add_pd(a0, a1), _mm512_add_pd(a2, a3))) +  \
+            t.asum;                                                                             \
+        r->sq = _mm512_reduce_add_pd(_mm512_add_pd(_mm512_add_pd(q0, q1), _mm512_add_pd(q2, q3))) \
+                + t.sq;                                                                         \
+        r->zero = (int64_t)_mm512_reduce_add_epi32(_mm512_add_epi32(z0, z1)) + t.zero;          \
+    }
+
+#define F32_LOADX512(i) _mm512_loadu_ps((const float *)p + (i))
+#define F32_LO512(x, i) _mm256_loadu_ps((const float *)p + (i))
+#define F32_HI512(x, i) _mm256_loadu_ps((const float *)p + (i) + 8)
+#define X_LO512(x, i) _mm512_castps512_ps256(x)
+#define X_HI512(x, i) _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1))
+#define F16_LOADX512(i) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 2 * (i))))
+#define BF16_LOADX512(i)                                                                        \
+    _mm512_castsi512_ps(_mm512_slli_epi32(                                                      \
+        _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(p + 2 * (i)))), 16))
+
+AVX512_FLOAT_KERNEL(avx512_f32, F32_LOADX512, F32_LO512, F32_HI512, avx2_f32, 4)
+AVX512_FLOAT_KERNEL(avx512_f16, F16_LOADX512, X_LO512, X_HI512, avx2_f16, 2)
+AVX512_FLOAT_KERNEL(avx512_bf16, BF16_LOADX512, X_LO512, X_HI512, avx2_bf16, 2)
+
+#define AVX512_DOUBLE_KERNEL(NAME, LOADD, TAIL, ES)                                             \
+    static FASTATS_AVX512 void NAME(const char *p, size_t n, blk_t *r) {                        \
+        const __m512d zero = _mm512_setzero_pd();                                               \
+        const __m512i one = _mm512_set1_epi64(1);                                               \
+        __m512d mx0 = _mm512_set1_pd(-INFINITY), mn0 = _mm512_set1_pd(INFINITY);                \
+        __m512d mx1 = mx0, mn1 = mn0;                                                           \
+        __m512d s0 = zero, s1 = zero, a0 = zero, a1 = zero, q0 = zero, q1 = zero;               \
+        __m512i z0 = _mm512_setzero_si512();                                                    \
+        size_t i = 0;                                                                           \
+        for (; i + 16 <= n; i += 16) {                                                          \
+            __m512d x0 = LOADD(i), x1 = LOADD(i + 8);                                           \
+            mx0 = _mm512_max_pd(x0, mx0);                                                       \
+            mn0 = _mm512_min_pd(x0, mn0);                                                       \
+            mx1 = _mm512_max_pd(x1, mx1);                                                       \
+            mn1 = _mm512_min_pd(x1, mn1);                                                       \
+            z0 = _mm512_mask_add_epi64(z0, _mm512_cmp_pd_mask(x0, zero, _CMP_EQ_OQ), z0, one);  \
+            z0 = _mm512_mask_add_epi64(z0, _mm512_cmp_pd_mask(x1, zero, _CMP_EQ_OQ), z0, one);  \
+            s0 = _mm512_add_pd(s0, x0);                                                         \
+            s1 = _mm512_add_pd(s1, x1);                                                         \
+            a0 = _mm512_add_pd(a0, _mm512_abs_pd(x0));                                          \
+            a1 = _mm512_add_pd(a1, _mm512_abs_pd(x1));                                          \
+            q0 = _mm512_fmadd_pd(x0, x0, q0);                                                   \
+            q1 = _mm512_fmadd_pd(x1, x1, q1);                                                   \
+        }                                                                                       \
+        blk_t t;                                                                                \
+        TAIL(p + i * (ES), n - i, &t);                                                          \
+        double mx = _mm512_reduce_max_pd(_mm512_max_pd(mx0, mx1));                              \
+        double mn = _mm512_reduce_min_pd(_mm512_min_pd(mn0, mn1));                              \
+        r->max = t.max > mx ? t.max : mx;                                                       \
+        r->min = t.min < mn ? t.min : mn;                                                       \
+        r->sum = _mm512_reduce_add_pd(_mm512_add_pd(s0, s1)) + t.sum;                           \
+        r->asum = _mm512_reduce_add_pd(_mm512_add_pd(a0, a1)) + t.asum;                         \
+        r->sq = _mm512_reduce_add_pd(_mm512_add_pd(q0, q1)) + t.sq;                             \
+        r->zero = (int64_t)_mm512_reduce_add_epi64(z0) + t.zero;                                \
+    }
+
+#define F64_LOADD512(i) _mm512_loadu_pd((const double *)p + (i))
+#define I32_LOADD512(i) _mm512_cvtepi32_pd(_mm256_loadu_si256((const __m256i *)(p + 4 * (i))))
+#define I64_LOADD512(i) _mm512_cvtepi64_pd(_mm512_loadu_si512((const void *)(p + 8 * (i))))
+AVX512_DOUBLE_KERNEL(avx512_f64, F64_LOADD512, avx2_f64, 8)
+AVX512_DOUBLE_KERNEL(avx512_i32, I32_LOADD512, avx2_i32, 4)
+AVX512_DOUBLE_KERNEL(avx512_i64, I64_LOADD512, gen_i64, 8)
+
+#endif /* FASTATS_X86 */
+
+/* ------------------------------------------------------------------------------------------ */
+/* dispatch                                                                                     */
+
+enum { ISA_GENERIC = 0, ISA_AVX2 = 1, ISA_AVX512 = 2 };
+static const char *const ISA_NAMES[] = {"generic", "avx2", "avx512"};
+
+static blk_fn KERNELS[DT_COUNT];
+static int active_isa = ISA_GENERIC;
+static int best_isa = ISA_GENERIC;
+
+static int detect_isa(void) {
+#if FASTATS_X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+        __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        return ISA_AVX512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+        __builtin_cpu_supports("avx"))
+        return ISA_AVX2;
+#endif
+    return ISA_GENERIC;
+}
+
+#if FASTATS_X86
+/* F16C is implied by every AVX2 CPU shipped, but check it rather than assume. */
+static int has_f16c(void) {
+    unsigned int a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
+    return (c & bit_F16C) != 0;
+}
+#endif
+
+typedef void (*count_fn)(const char *p, size_t n, int dt, stats_t *s);
+static count_fn COUNT_NONFINITE_FN = gen_count_nonfinite;
+
+static void set_isa(int isa) {
+    blk_fn gen[DT_COUNT] = {gen_f32, gen_f64, gen_f16, gen_bf16, gen_i8,
+                            gen_u8,  gen_i16, gen_i32, gen_i64,  gen_bool};
+    memcpy(KERNELS, gen, sizeof gen);
+    COUNT_NONFINITE_FN = gen_count_nonfinite;
+#if FASTATS_X86
+    int f16c = has_f16c();
+    if (isa >= ISA_AVX2) {
+        KERNELS[DT_FLOAT32] = avx2_f32;
+        KERNELS[DT_FLOAT64] = avx2_f64;
+        KERNELS[DT_BFLOAT16] = avx2_bf16;
+        if (f16c) KERNELS[DT_FLOAT16] = avx2_f16;
+        KERNELS[DT_INT8] = avx2_i8;
+        KERNELS[DT_UINT8] = avx2_u8;
+        KERNELS[DT_INT16] = avx2_i16;
+        KERNELS[DT_INT32] = avx2_i32;
+        KERNELS[DT_BOOL] = avx2_bool;
+        COUNT_NONFINITE_FN = avx2_count_nonfinite;
+    }
+    if (isa >= ISA_AVX512) {
+        KERNELS[DT_FLOAT32] = avx512_f32;
+        KERNELS[DT_FLOAT64] = avx512_f64;
+        KERNELS[DT_BFLOAT16] = avx512_bf16;
+        if (f16c) KERNELS[DT_FLOAT16] = avx512_f16;
+        KERNELS[DT_INT32] = avx512_i32;
+        KERNELS[DT_INT64] = avx512_i64;
+    }
+#endif
+    active_isa = isa;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* driver                                                                                       */
+
+static void reduce_all(const char *p, Py_ssize_t numel, int dt, double *out) {
+    stats_t s = {-INFINITY, INFINITY, 0.0, 0.0, 0.0, 0, 0, 0, 0};
+    const size_t es = ELSIZE[dt];
+    const blk_fn kern = KERNELS[dt];
+    const int floating = dt <= DT_BFLOAT16;
+    size_t n = (size_t)numel;
+    for (size_t off = 0; off < n; off += BLOCK) {
+        size_t m = n - off < BLOCK ? n - off : BLOCK;
+        const char *bp = p + off * es;
+        blk_t b;
+        kern(bp, m, &b);
+        s.sum += b.sum;
+        s.asum += b.asum;
+        s.sq += b.sq;
+        s.zero += b.zero;
+        if (b.max > s.max) s.max = b.max;
+        if (b.min < s.min) s.min = b.min;
+        /* abs_sum is finite iff the block holds no NaN/Inf (float64 may also overflow: then the
+         * counting pass simply finds nothing). */
+        if (floating && !isfinite(b.asum)) COUNT_NONFINITE_FN(bp, m, dt, &s);
+    }
+    if (numel == 0 || s.nan > 0) {
+        s.max = NAN;
+        s.min = NAN;
+    }
+    double res[9] = {s.max,         s.min,        s.sum,          s.asum,         s.sq,
+                     (double)s.zero, (double)s.nan, (double)s.pinf, (double)s.ninf};
+    memcpy(out, res, sizeof res);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Python bindings                                                                              */
+
+/* Parse an address argument.  Returns 0 and sets *out on success, -1 with an exception set. */
+static int arg_ptr(PyObject *o, const char *what, void **out) {
+    if (!PyLong_Check(o)) {
+        PyErr_Format(PyExc_TypeError, "reduce(): %s must be an int address, not %.100s", what,
+                     Py_TYPE(o)->tp_name);
+        return -1;
+    }
+    unsigned long long v = PyLong_AsUnsignedLongLong(o);
+    if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+        if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_ValueError, "reduce(): %s is not a valid address (negative or too large)", what);
+        }
+        return -1;
+    }
+    if (v > (unsigned long long)UINTPTR_MAX) {
+        PyErr_Format(PyExc_ValueError, "reduce(): %s is not a valid address (too large)", what);
+        return -1;
+    }
+    *out = (void *)(uintptr_t)v;
+    return 0;
+}
+
+PyDoc_STRVAR(reduce_doc,
+             "reduce(ptr, numel, dtype, out_ptr) -> None\n\n"
+             "Read `numel` contiguous elements of type `dtype` (a module dtype code) at address `ptr`\n"
+             "and write 9 float64 values at address `out_ptr`: [max, min, sum, abs_sum, sq_sum,\n"
+             "zero_count, nan_count, pos_inf_count, neg_inf_count].  max/min are NaN if any NaN is\n"
+             "present or numel == 0.  The caller guarantees both buffers are valid.");
+
+static PyObject *fastats_reduce(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 4) {
+        PyErr_Format(PyExc_TypeError, "reduce() takes exactly 4 arguments (ptr, numel, dtype, out_ptr), %zd given",
+                     nargs);
+        return NULL;
+    }
+    void *ptr = NULL, *out = NULL;
+    if (arg_ptr(args[0], "ptr", &ptr) < 0) return NULL;
+    if (!PyLong_Check(args[1]) || !PyLong_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "reduce(): numel and dtype must be ints");
+        return NULL;
+    }
+    Py_ssize_t numel = PyLong_AsSsize_t(args[1]);
+    if (numel == -1 && PyErr_Occurred()) return NULL;
+    long dtype = PyLong_AsLong(args[2]);
+    if (dtype == -1 && PyErr_Occurred()) return NULL;
+    if (arg_ptr(args[3], "out_ptr", &out) < 0) return NULL;
+
+    if (numel < 0) {
+        PyErr_Format(PyExc_ValueError, "reduce(): numel must be >= 0, got %zd", numel);
+        return NULL;
+    }
+    if (dtype < 0 || dtype >= DT_COUNT) {
+        PyErr_Format(PyExc_ValueError,
+                     "reduce(): unknown dtype code %ld (expected 0..%d: FLOAT32=0, FLOAT64=1, FLOAT16=2, "
+                     "BFLOAT16=3, INT8=4, UINT8=5, INT16=6, INT32=7, INT64=8, BOOL=9)",
+                     dtype, DT_COUNT - 1);
+        return NULL;
+    }
+    if (out == NULL) {
+        PyErr_SetString(PyExc_ValueError, "reduce(): out_ptr is a null pointer");
+        return NULL;
+    }
+    if (ptr == NULL && numel > 0) {
+        PyErr_SetString(PyExc_ValueError, "reduce(): ptr is a null pointer but numel > 0");
+        return NULL;
+    }
+    if ((size_t)numel > (size_t)PY_SSIZE_T_MAX / ELSIZE[dtype]) {
+        PyErr_SetString(PyExc_ValueError, "reduce(): numel too large for dtype");
+        return NULL;
+    }
+
+    if (numel > GIL_RELEASE_NUMEL) {
+        Py_BEGIN_ALLOW_THREADS
+        reduce_all((const char *)ptr, numel, (int)dtype, (double *)out);
+        Py_END_ALLOW_THREADS
+    } else {
+        reduce_all((const char *)ptr, numel, (int)dtype, (double *)out);
+    }
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(isa_doc,
+             "_set_isa(name=None) -> str\n\n"
+             "Testing/benchmark hook: select the SIMD kernel set ('generic', 'avx2', 'avx512', or None\n"
+             "for the best supported one) and return the active name.  Raises ValueError if the CPU\n"
+             "(or this build) does not support it.  Not thread-safe with concurrent reduce() calls.");
+
+static PyObject *fastats_set_isa(PyObject *self, PyObject *args) {
+    (void)self;
+    const char *name = NULL;
+    if (!PyArg_ParseTuple(args, "|z:_set_isa", &name)) return NULL;
+    if (name == NULL) {
+        set_isa(best_isa);
+    } else {
+        int want = -1;
+        for (int k = 0; k < 3; k++)
+            if (strcmp(name, ISA_NAMES[k]) == 0) want = k;
+        if (want < 0) {
+            PyErr_Format(PyExc_ValueError, "_set_isa(): unknown ISA %R (expected 'generic', 'avx2' or 'avx512')",
+                         PyTuple_GET_ITEM(args, 0));
+            return NULL;
+        }
+        if (want > best_isa) {
+            PyErr_Format(PyExc_ValueError, "_set_isa(): ISA '%s' not supported here (best: '%s')", name,
+                         ISA_NAMES[best_isa]);
+            return NULL;
+        }
+        set_isa(want);
+    }
+    return PyUnicode_FromString(ISA_NAMES[active_isa]);
+}
+
+static PyMethodDef fastats_methods[] = {
+    {"reduce", (PyCFunction)(void (*)(void))fastats_reduce, METH_FASTCALL, reduce_doc},
+    {"_set_isa", fastats_set_isa, METH_VARARGS, isa_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef fastats_module = {
+    PyModuleDef_HEAD_INIT, "nbdebug._fastats",
+    "Single-pass tensor statistics kernel (max, min, sum, abs_sum, sq_sum, zero/nan/+inf/-inf counts).", -1,
+    fastats_methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__fastats(void) {
+    PyObject *m = PyModule_Create(&fastats_module);
+    if (m == NULL) return NULL;
+    static const char *const names[DT_COUNT] = {"FLOAT32", "FLOAT64", "FLOAT16", "BFLOAT16", "INT8",
+                                                "UINT8",   "INT16",   "INT32",   "INT64",    "BOOL"};
+    for (int k = 0; k < DT_COUNT; k++) {
+        if (PyModule_AddIntConstant(m, names[k], k) < 0) goto fail;
+    }
+    if (PyModule_AddIntConstant(m, "NUM_STATS", 9) < 0) goto fail;
+    best_isa = detect_isa();
+    set_isa(best_isa);
+    if (PyModule_AddStringConstant(m, "BEST_ISA", ISA_NAMES[best_isa]) < 0) goto fail;
+    return m;
+fail:
+    Py_DECREF(m);
+    return NULL;
+}

@@ -1,0 +1,640 @@
+"""PyTorch capture: hooks in, framework-neutral session events out.
+
+* L0 — module hooks: forward inputs/outputs and parameters of every module call, backward gradients
+  (tensor hooks on the call's outputs and inputs), parameter gradients.
+* L1 — a :class:`~torch.overrides.TorchFunctionMode` sees every torch function, ``torch.nn.functional``
+  call and Tensor method (in-place ones included); an autograd hook on each output's ``grad_fn``
+  records its backward.
+* mix — both.
+
+At every level parameters are graph nodes (``Parameter.{name}``), parameter gradients are recorded
+(``Module.{path}.{Class}.parameters_grad``), and ``optimizer.step()`` is its own section
+(``Optimizer.{Class}.step.{n}``, plus the ops it runs at L1/mix). The step ends at ``Debugger.step()``
+or, when the user never calls it, after the optimizer's step.
+
+Nothing is monkeypatched: closing removes every hook handle and pops the mode.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import types
+import weakref
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+import torch.optim.optimizer as _optim
+from torch.overrides import TorchFunctionMode
+from torch.utils.hooks import RemovableHandle
+
+from ..session.session import Session
+from ..session.store import NotRetainedError, TensorStore
+from .torch_stats import StatsBuffer
+
+LEVELS = ("L0", "L1", "mix")
+
+# Tensor methods / functions that only read metadata or leave torch: never graph nodes.
+_SKIP_NAMES = frozenset({
+    "__get__", "__set__", "__delete__", "dim", "size", "stride", "numel", "nelement", "data_ptr",
+    "is_contiguous", "element_size", "storage_offset", "untyped_storage", "_typed_storage", "storage",
+    "__repr__", "__str__", "__format__", "item", "tolist", "numpy", "__bool__", "__len__", "__index__",
+    "__int__", "__float__", "__complex__", "__hash__", "__iter__", "__reversed__", "__dir__", "__array__",
+    "__reduce_ex__", "__setstate__", "__getstate__", "__deepcopy__", "backward", "register_hook",
+    "register_post_accumulate_grad_hook", "retain_grad", "requires_grad_", "is_floating_point",
+    "is_complex", "get_device", "__contains__", "__array_wrap__", "_is_view", "is_set_to", "dim_order",
+    "_set_grad_enabled", "_record_function_enter_new", "_record_function_exit", "has_names",
+    "is_nonzero", "equal", "allclose", "_version", "is_shared", "is_pinned", "__torch_function__",
+    "_has_compatible_shallow_copy_type", "__instancecheck__", "__subclasscheck__",
+})
+
+
+def _api_prefix(func: Any) -> tuple[str, str] | None:
+    """(msProbe prefix, api name) for a function seen by the mode, or None when not an op."""
+    name = getattr(func, "__name__", None)
+    if name is None or name in _SKIP_NAMES:
+        return None
+    qual = getattr(func, "__qualname__", "") or ""
+    mod = getattr(func, "__module__", None) or ""
+    if qual.startswith(("TensorBase.", "Tensor.", "_TensorBase.")) or isinstance(
+            func, (types.MethodDescriptorType, types.WrapperDescriptorType)):
+        return "Tensor", name
+    if mod in ("torch.nn.functional", "torch._C._nn"):
+        return "Functional", name
+    if mod.startswith("torch.distributed"):
+        return "Distributed", name
+    if mod in ("torch", "torch.functional", "torch._C._VariableFunctions", "torch.random") or \
+            qual.startswith("_VariableFunctionsClass.") or mod.startswith(
+                ("torch._C._linalg", "torch.linalg", "torch._C._fft", "torch.fft", "torch._C._special",
+                 "torch.special")):
+        return "Torch", name
+    if mod == "torch._VF" or mod.startswith("torch._C._VariableFunctions"):
+        return "VF", name
+    return None
+
+
+def _tensors(obj: Any, prefix: str) -> Iterator[tuple[str, torch.Tensor]]:
+    """Flatten args/outputs into msProbe data names (``input.0``, ``output.1.0`` ...)."""
+    if isinstance(obj, torch.Tensor):
+        yield prefix, obj
+    elif isinstance(obj, (list, tuple)):
+        for i, item in enumerate(obj):
+            yield from _tensors(item, f"{prefix}.{i}")
+    elif isinstance(obj, dict):
+        for k, item in obj.items():
+            yield from _tensors(item, f"{prefix}.{k}")
+
+
+def _outputs(obj: Any, prefix: str = "output") -> Iterator[tuple[str, torch.Tensor]]:
+    """Outputs are a list in msProbe's data names: a lone tensor is ``output.0``."""
+    return _tensors((obj,) if isinstance(obj, torch.Tensor) else obj, prefix)
+
+
+def _args_tensors(args: tuple, kwargs: dict | None) -> Iterator[tuple[str, torch.Tensor]]:
+    for i, a in enumerate(args):
+        yield from _tensors(a, f"input.{i}")
+    if kwargs:
+        for k, v in kwargs.items():
+            yield from _tensors(v, f"input.{k}")
+
+
+def _user_stack(limit: int = 8) -> list[str]:
+    """The caller's Python frames, innermost first, without torch's and nbdebug's own frames."""
+    out: list[str] = []
+    f = sys._getframe(2)
+    while f is not None and len(out) < limit:
+        fn = f.f_code.co_filename
+        if "/torch/" not in fn and "/nbdebug/frameworks/" not in fn and "/nbdebug/control/" not in fn:
+            out.append(f"File {fn}, line {f.f_lineno}, in {f.f_code.co_name}")
+        f = f.f_back
+    return out
+
+
+class TorchRef:
+    """Retention handle: a reference (checked against in-place edits) or a private copy."""
+
+    __slots__ = ("tensor", "version", "nbytes", "copied", "__weakref__")
+
+    def __init__(self, t: torch.Tensor, copy: bool) -> None:
+        with torch._C.DisableTorchFunction():
+            self.copied = copy
+            self.tensor = t.detach().clone() if copy else t.detach()
+            self.version = t._version
+            self.nbytes = t.numel() * t.element_size()
+
+    def snapshot(self) -> None:
+        """Take a private copy now (called before an in-place op overwrites the value)."""
+        if not self.copied:
+            with torch._C.DisableTorchFunction():
+                self.tensor = self.tensor.clone()
+            self.copied = True
+
+    def numpy(self):
+        with torch._C.DisableTorchFunction():
+            t = self.tensor
+            if not self.copied and t._version != self.version:
+                raise NotRetainedError(
+                    f"the value was modified in place after it was captured (version {self.version} -> "
+                    f"{t._version}) and no copy was kept")
+            if t.dtype == torch.bfloat16:
+                t = t.float()
+            arr = t.cpu().numpy()
+            return arr.copy() if not self.copied else arr
+
+
+class _Seen:
+    """What the step knows of one tensor object at one version."""
+
+    __slots__ = ("ref", "version", "row", "dtype", "why", "handle", "producer")
+
+    def __init__(self, ref, version, row, dtype, why) -> None:
+        self.ref, self.version, self.row, self.dtype, self.why = ref, version, row, dtype, why
+        self.handle: TorchRef | None = None
+        self.producer: tuple[str, str] | None = None
+
+
+class _OpMode(TorchFunctionMode):
+    """Sees every torch-level call while pushed on the training thread."""
+
+    def __init__(self, adapter: TorchAdapter) -> None:
+        super().__init__()
+        self.adapter = adapter
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        a = self.adapter
+        if not a.capturing or a.busy:
+            return func(*args, **kwargs)
+        info = a.api_info(func)
+        if info is None or torch._C._current_autograd_node() is not None:
+            return func(*args, **kwargs)
+        return a.run_op(info, func, args, kwargs)
+
+
+class TorchAdapter:
+    """Attaches to one ``torch.nn.Module`` and feeds a :class:`Session`."""
+
+    framework = "pytorch"
+
+    def __init__(self, model: torch.nn.Module, level: str, session: Session, *, retain: bool = True,
+                 retain_copy: bool = False) -> None:
+        if level not in LEVELS:
+            raise ValueError(f"unknown level {level!r}; choose one of {', '.join(LEVELS)}")
+        self.level = level
+        self.session = session
+        self.model_ref = weakref.ref(model)
+        self.model_class = type(model).__name__
+        self.capturing = True
+        self.busy = False
+        self.retain = retain
+        self.retain_copy = retain_copy
+        self.closed = False
+        self.auto_step = True
+        self.section = "forward"
+        self._handles: list[RemovableHandle] = []
+        self._step_handles: list[Any] = []
+        self._api_cache: dict[Any, tuple[str, str] | None] = {}
+        self._modes: dict[int, _OpMode] = {}
+        self._scope: list[str] = []
+        self._lock = threading.RLock()
+        self._module_info: dict[int, tuple[str, str, bool, bool]] = {}
+        self._param_info: dict[int, tuple[weakref.ref, str, str, str]] = {}
+        self._buffer_info: dict[int, tuple[weakref.ref, str]] = {}
+        self._new_step_state()
+        self._attach(model)
+        session.raw_source = self.buf.raw
+
+    # -- step state -------------------------------------------------------------------------------
+    def _new_step_state(self) -> None:
+        self.buf = StatsBuffer()
+        self.session.raw_source = self.buf.raw
+        self._seen: dict[int, _Seen] = {}
+        self._counts: dict[Any, int] = {}
+        self._module_calls: dict[int, list[str]] = {}
+        self._bwd_started: set[str] = set()
+        self._inputs = 0
+        self._param_seen: set[int] = set()
+        self._opt_calls = 0
+        self._pgrad_calls: dict[tuple[str, str], int] = {}
+        self._pgrad_last: dict[str, tuple[str, str]] = {}
+
+    def end_step(self) -> None:
+        with self._lock:
+            raw = self.buf.raw()
+            for h in self._step_handles:
+                h.remove()
+            self._step_handles = []
+            self._pop_mode()
+            self.section = "forward"
+            self.session.end_step(raw)
+            self._new_step_state()
+            self.session.emit("step", self.session.step_index - 1)
+
+    # -- attach / detach --------------------------------------------------------------------------
+    def _attach(self, model: torch.nn.Module) -> None:
+        want_modules = self.level in ("L0", "mix")
+        for path, mod in model.named_modules(remove_duplicate=False):
+            if id(mod) in self._module_info:
+                continue
+            leaf = next(iter(mod.children()), None) is None
+            self._module_info[id(mod)] = (path, type(mod).__name__, leaf, bool(getattr(mod, "inplace", False)))
+            self._handles.append(mod.register_forward_pre_hook(self._pre_hook(want_modules), with_kwargs=True))
+            self._handles.append(mod.register_forward_hook(self._post_hook(want_modules), with_kwargs=True,
+                                                           always_call=True))
+        owners = {}
+        for path, mod in model.named_modules():
+            for local, p in mod.named_parameters(recurse=False):
+                if id(p) not in owners:
+                    owners[id(p)] = (path, type(mod).__name__, local)
+            for local, b in mod.named_buffers(recurse=False):
+                if b is not None:
+                    q = f"{path}.{local}" if path else local
+                    self._buffer_info[id(b)] = (weakref.ref(b), q)
+        for qual, p in model.named_parameters():
+            path, cls, local = owners[id(p)]
+            self._param_info[id(p)] = (weakref.ref(p), qual, path, cls)
+            if p.requires_grad:
+                self._handles.append(p.register_post_accumulate_grad_hook(self._grad_hook(qual, path, cls, local)))
+            if self.retain:
+                self.session.store.offer((f"Parameter.{qual}", "output.0"), TorchRef(p, copy=True), "initial")
+        self._handles.append(_optim.register_optimizer_step_pre_hook(self._opt_pre))
+        self._handles.append(_optim.register_optimizer_step_post_hook(self._opt_post))
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.capturing = False
+        for h in self._handles + self._step_handles:
+            h.remove()
+        self._handles, self._step_handles = [], []
+        self._pop_mode()
+        for mode in self._modes.values():  # modes left on other (finished) threads pass through now
+            mode.adapter = _Inert()
+        self._modes.clear()
+
+    # -- L1 mode management -----------------------------------------------------------------------
+    def _push_mode(self) -> None:
+        if self.level == "L0" or self.closed:
+            return
+        tid = threading.get_ident()
+        if tid not in self._modes:
+            mode = _OpMode(self)
+            mode.__enter__()
+            self._modes[tid] = mode
+
+    def _pop_mode(self) -> None:
+        mode = self._modes.pop(threading.get_ident(), None)
+        if mode is None:
+            return
+        stack = torch.overrides._get_current_function_mode_stack()
+        if stack and stack[-1] is mode:
+            mode.__exit__(None, None, None)
+        else:  # someone pushed a mode above ours: make ours inert instead of breaking their stack
+            mode.adapter = _Inert()
+
+    # -- recording --------------------------------------------------------------------------------
+    def api_info(self, func: Any) -> tuple[str, str] | None:
+        try:
+            return self._api_cache[func]
+        except KeyError:
+            info = self._api_cache[func] = _api_prefix(func)
+            return info
+        except TypeError:  # unhashable callable
+            return _api_prefix(func)
+
+    def _scope_str(self) -> str:
+        return self._scope[-1] if self._scope else ""
+
+    def _slot(self, node, slot: str, t: torch.Tensor, *, as_input: bool, copy: bool = False,
+              origin: bool = True) -> _Seen:
+        """Record one tensor of ``node``: stats row (deduplicated), shape, retention, edge.
+
+        ``origin``: an input nobody produced becomes a parameter/constant/input node (forward only).
+        """
+        tid = id(t)
+        ver = t._version
+        seen = self._seen.get(tid)
+        if seen is None or seen.version != ver or seen.ref() is not t:
+            row, dtype, why = self.buf.add(t)
+            old = seen if seen is not None and seen.ref() is t else None
+            seen = _Seen(weakref.ref(t), ver, row, dtype, why)
+            if old is not None:  # modified in place by something not captured: same producer
+                seen.producer = old.producer
+            self._seen[tid] = seen
+        shape = tuple(t.shape)
+        key = (node.name, slot)
+        rec = self.session.recorder
+        rec.add(key, seen.row, seen.dtype, shape, t.numel())
+        if seen.why is not None:
+            rec.unsupported[rec.index[key]] = seen.why
+        node.shapes[slot] = shape
+        node.dtypes[slot] = seen.dtype
+        if self.retain and seen.why is None:
+            store: TensorStore = self.session.store
+            if seen.handle is None:
+                if store.fits(t.numel() * t.element_size()):
+                    seen.handle = TorchRef(t, copy=copy or self.retain_copy)
+                    store.offer(key, seen.handle)
+                else:
+                    store.offer(key, _Size(t.numel() * t.element_size()))
+            else:
+                store.offer(key, seen.handle)
+        if as_input:
+            if seen.producer is None and origin:
+                seen.producer = self._origin(t)
+            if seen.producer is not None:
+                self.session.graph.add_edge(seen.producer[0], node.name, seen.producer[1], slot)
+        return seen
+
+    def _origin(self, t: torch.Tensor) -> tuple[str, str]:
+        """A tensor nobody produced this step: a parameter, a buffer (constant) or an input."""
+        info = self._param_info.get(id(t))
+        if info is not None and info[0]() is t:
+            return self._param_node(t, info), "output.0"
+        binfo = self._buffer_info.get(id(t))
+        s = self.session
+        if binfo is not None and binfo[0]() is t:
+            name = f"Constant.{binfo[1]}"
+            node = s.node(name, kind="constant", op_type="buffer", scope=self._scope_str())
+        else:
+            name = f"Input.{self._inputs}"
+            self._inputs += 1
+            node = s.node(name, kind="input", op_type="input", scope="")
+        self._slot(node, "output.0", t, as_input=False)
+        return name, "output.0"
+
+    def _param_node(self, p: torch.Tensor, info) -> str:
+        _, qual, path, _cls = info
+        name = f"Parameter.{qual}"
+        if id(p) not in self._param_seen:
+            self._param_seen.add(id(p))
+            node = self.session.node(name, kind="parameter", op_type="Parameter", scope=path.replace(".", "/"))
+            seen = self._slot(node, "output.0", p, as_input=False, copy=True)
+            seen.producer = (name, "output.0")
+        return name
+
+    def _emit_node(self, node) -> None:
+        if self.session.has_listeners("node"):
+            self.busy = True
+            try:
+                self.session.emit("node", node)
+            finally:
+                self.busy = False
+
+    # -- L1 ---------------------------------------------------------------------------------------
+    def run_op(self, info: tuple[str, str], func, args, kwargs):
+        prefix, api = info
+        inplace = (api.endswith("_") and not api.endswith("__")) or api in (
+            "__iadd__", "__isub__", "__imul__", "__itruediv__", "__setitem__", "__ifloordiv__", "__imod__",
+            "__ipow__", "__iand__", "__ior__", "__ixor__", "__ilshift__", "__irshift__") or "out" in kwargs
+        self.busy = True
+        try:
+            with torch._C.DisableTorchFunction():
+                count = self._counts.get(info, 0)
+                self._counts[info] = count + 1
+                name = f"{prefix}.{api}.{count}.forward"
+                section = self.section
+                scope = "optimizer" if section == "optimizer" else self._scope_str()
+                node = self.session.node(name, kind="op", op_type=api, scope=scope, section=section,
+                                         stack=_user_stack, pair=f"{prefix}.{api}.{count}.backward")
+                for slot, t in _args_tensors(args, kwargs):
+                    self._slot(node, slot, t, as_input=True)
+                if inplace:
+                    for _, t in _args_tensors(args[:1], kwargs.get("out") and {"out": kwargs["out"]}):
+                        seen = self._seen.get(id(t))
+                        if seen is not None and seen.handle is not None:
+                            seen.handle.snapshot()
+        finally:
+            self.busy = False
+        out = func(*args, **kwargs)
+        self.busy = True
+        try:
+            with torch._C.DisableTorchFunction():
+                grad_fns = []
+                for slot, t in _outputs(out):
+                    seen = self._slot(node, slot, t, as_input=False)
+                    seen.producer = (name, slot)
+                    gf = t.grad_fn
+                    if gf is not None and section != "optimizer" and gf not in grad_fns:
+                        grad_fns.append(gf)
+                for gf in grad_fns:
+                    self._step_handles.append(gf.register_hook(self._op_bwd_hook(prefix, api, count, node)))
+        finally:
+            self.busy = False
+        self._emit_node(node)
+        return out
+
+    def _op_bwd_hook(self, prefix: str, api: str, count: int, fwd) -> Callable:
+        name = f"{prefix}.{api}.{count}.backward"
+        scope = fwd.scope
+
+        def hook(grad_inputs, grad_outputs):
+            if not self.capturing:
+                return None
+            with torch._C.DisableTorchFunction():
+                node = self.session.node(name, kind="op", op_type=api, scope=scope, section="backward",
+                                         pair=fwd.name)
+                for slot, g in _tensors(tuple(grad_outputs), "input"):
+                    self._slot(node, slot, g, as_input=True, origin=False)
+                for slot, g in _tensors(tuple(grad_inputs), "output"):
+                    self._slot(node, slot, g, as_input=False).producer = (name, slot)
+            self._emit_node(node)
+            return None
+
+        return hook
+
+    # -- L0 ---------------------------------------------------------------------------------------
+    def _pre_hook(self, want: bool) -> Callable:
+        def pre(mod, args, kwargs):
+            if not self.capturing or self.busy:
+                return None
+            if not self._scope:  # the outermost call: make sure the op mode is on in this thread
+                self._push_mode()
+            path, cls, leaf, inplace = self._module_info[id(mod)]
+            self._scope.append(path.replace(".", "/"))
+            if not want or not path:  # msProbe does not name the root module; neither do we
+                return None
+            self.busy = True
+            try:
+                with torch._C.DisableTorchFunction():
+                    calls = self._module_calls.setdefault(id(mod), [])
+                    n = len(calls)
+                    name = f"Module.{path}.{cls}.forward.{n}" if path else f"Module.{cls}.forward.{n}"
+                    calls.append(name)
+                    parent = path.rpartition(".")[0].replace(".", "/") if path else ""
+                    node = self.session.node(name, kind="module", op_type=cls, scope=parent,
+                                             stack=_user_stack, pair=name.replace(".forward.", ".backward."))
+                    for slot, t in _args_tensors(args, kwargs):
+                        seen = self._slot(node, slot, t, as_input=leaf)
+                        if inplace and seen.handle is not None:
+                            seen.handle.snapshot()
+                    for local, p in mod.named_parameters(recurse=False):
+                        pname = self._param_node(p, self._param_info[id(p)])
+                        self._slot(node, f"parameters.{local}", p, as_input=False, copy=True)
+                        self.session.graph.add_edge(pname, name, "output.0", f"parameters.{local}")
+            finally:
+                self.busy = False
+            return None
+
+        return pre
+
+    def _post_hook(self, want: bool) -> Callable:
+        def post(mod, args, kwargs, output):
+            if self._scope and not self.busy:
+                self._scope.pop()
+            if not want or not self.capturing or self.busy:
+                return None
+            path, cls, leaf, _ = self._module_info[id(mod)]
+            if not path:
+                return None
+            calls = self._module_calls.get(id(mod))
+            if not calls:
+                return None
+            name = calls[-1]
+            node = self.session.graph.nodes[name]
+            n = int(name.rsplit(".", 1)[1])
+            self.busy = True
+            try:
+                with torch._C.DisableTorchFunction():
+                    produced = False
+                    for slot, t in _outputs(output):
+                        seen = self._slot(node, slot, t, as_input=False)
+                        if seen.producer is None or seen.producer[0].startswith("Input."):
+                            seen.producer = (name, slot)
+                            produced = True
+                    if produced and not leaf:  # a container computing its own result: connect its inputs
+                        for slot, t in _args_tensors(args, kwargs):
+                            s = self._seen.get(id(t))
+                            if s is not None and s.producer is not None and s.producer[0] != name:
+                                self.session.graph.add_edge(s.producer[0], name, s.producer[1], slot)
+                    self._module_bwd_hooks(path, cls, n, node, args, kwargs, output)
+            finally:
+                self.busy = False
+            self._emit_node(node)
+            return None
+
+        return post
+
+    def _module_bwd_hooks(self, path, cls, n, fwd, args, kwargs, output) -> None:
+        base = f"Module.{path}.{cls}" if path else f"Module.{cls}"
+        name = f"{base}.backward.{n}"
+        scope = fwd.scope
+        for slot, t in _outputs(output, "input"):
+            if t.requires_grad and t.grad_fn is not None:
+                self._step_handles.append(t.register_hook(self._module_grad(name, scope, fwd.name, slot, True)))
+        for slot, t in _args_tensors(args, kwargs):
+            slot = "output" + slot[len("input"):]
+            if t.requires_grad:
+                self._step_handles.append(t.register_hook(self._module_grad(name, scope, fwd.name, slot, False)))
+
+    def _module_grad(self, name, scope, pair, slot, is_input) -> Callable:
+        def hook(grad):
+            if not self.capturing or grad is None:
+                return None
+            with torch._C.DisableTorchFunction():
+                node = self._bwd_node(name, scope, pair, "module")
+                seen = self._slot(node, slot, grad, as_input=is_input, origin=False)
+                if not is_input:
+                    seen.producer = (name, slot)
+            self._emit_node(node)
+            return None
+
+        return hook
+
+    def _bwd_node(self, name, scope, pair, kind):
+        if name in self._bwd_started:
+            return self.session.graph.nodes[name]
+        self._bwd_started.add(name)
+        op_type = name.split(".")[-3] if kind == "module" else name
+        return self.session.node(name, kind=kind, op_type=op_type, scope=scope, section="backward", pair=pair)
+
+    # -- parameter gradients ----------------------------------------------------------------------
+    def _grad_hook(self, qual, path, cls, local) -> Callable:
+        base = f"Module.{path}.{cls}.parameters_grad" if path else f"Module.{cls}.parameters_grad"
+        scope = path.rpartition(".")[0].replace(".", "/") if path else ""
+
+        def hook(p):
+            if not self.capturing or p.grad is None:
+                return
+            with torch._C.DisableTorchFunction():
+                n = self._pgrad_calls.get((base, local), 0)  # one more backward into this parameter
+                self._pgrad_calls[(base, local)] = n + 1
+                name = f"{base}.{n}"
+                self._pgrad_last[qual] = (name, local)
+                if name in self._bwd_started:
+                    node = self.session.graph.nodes[name]
+                else:
+                    self._bwd_started.add(name)
+                    node = self.session.node(name, kind="parameter", op_type="parameters_grad", scope=scope,
+                                             section="backward")
+                seen = self._slot(node, local, p.grad, as_input=False)
+                seen.producer = (name, local)
+                self.session.graph.add_edge(f"Parameter.{qual}", name, "output.0", local)
+            self._emit_node(node)
+
+        return hook
+
+    # -- optimizer --------------------------------------------------------------------------------
+    def _ours(self, opt) -> list[tuple[str, torch.Tensor]]:
+        out = []
+        for group in opt.param_groups:
+            for p in group["params"]:
+                info = self._param_info.get(id(p))
+                if info is not None and info[0]() is p:
+                    out.append((info[1], p))
+        return out
+
+    def _opt_pre(self, opt, args, kwargs) -> None:
+        if self.capturing and self._ours(opt):
+            self.section = "optimizer"
+            self._push_mode()
+
+    def _opt_post(self, opt, args, kwargs) -> None:
+        params = self._ours(opt)
+        if not params:
+            return
+        if self.capturing:
+            with torch._C.DisableTorchFunction():
+                name = f"Optimizer.{type(opt).__name__}.step.{self._opt_calls}"
+                self._opt_calls += 1
+                node = self.session.node(name, kind="op", op_type="step", scope="optimizer",
+                                         section="optimizer")
+                for qual, p in params:
+                    slot = f"parameters.{qual}"
+                    self.busy = True
+                    try:
+                        # updated values: a new version of the parameter, retained as a copy
+                        self._slot(node, slot, p, as_input=False, copy=True)
+                    finally:
+                        self.busy = False
+                    pnode = f"Parameter.{qual}"
+                    if pnode in self.session.graph.nodes:
+                        self.session.graph.add_edge(pnode, name, "output.0", slot)
+                    last = self._pgrad_last.get(qual)
+                    if last is not None:
+                        self.session.graph.add_edge(last[0], name, last[1], slot)
+            self._emit_node(node)
+        self.section = "forward"
+        if self.auto_step and self.capturing:
+            self.end_step()
+
+
+class _Inert:
+    """Stands in for a closed adapter inside a mode object that could not be popped."""
+
+    capturing = False
+    busy = False
+
+
+class _Size:
+    """A handle that only states a size (for a tensor refused for the budget)."""
+
+    __slots__ = ("nbytes",)
+
+    def __init__(self, nbytes: int) -> None:
+        self.nbytes = nbytes
+
+    def numpy(self):  # pragma: no cover - never stored
+        raise NotRetainedError("not retained")

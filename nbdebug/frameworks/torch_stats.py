@@ -1,0 +1,132 @@
+"""Tensor statistics for PyTorch without a host sync per tensor.
+
+Each captured tensor gets one raw row ``[max, min, sum, abs_sum, sq_sum, zeros, nans, +infs, -infs]``.
+On CPU, dense tensors of the common dtypes go through the single-pass C kernel ``nbdebug._fastats``
+(reading CPU memory is no device sync). Everything else — CUDA and other devices, rare dtypes —
+is reduced with torch ops *on the tensor's device*; the small result vectors stay there and are
+moved to the host in one transfer per step (:meth:`StatsBuffer.raw`).
+
+>>> import torch
+>>> buf = StatsBuffer()
+>>> row, dtype, why = buf.add(torch.tensor([1.0, -2.0, 0.0]))
+>>> buf.raw()[row].tolist()
+[1.0, -2.0, -1.0, 3.0, 5.0, 1.0, 0.0, 0.0, 0.0]
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+try:  # the optional native kernel; the torch path below is the fallback
+    from nbdebug import _fastats
+except ImportError:  # pragma: no cover - exercised on machines without a compiler
+    _fastats = None
+
+RAW_WIDTH = 9
+_FAST_CODES = {
+    torch.float32: 0,
+    torch.float64: 1,
+    torch.float16: 2,
+    torch.bfloat16: 3,
+    torch.int8: 4,
+    torch.uint8: 5,
+    torch.int16: 6,
+    torch.int32: 7,
+    torch.int64: 8,
+    torch.bool: 9,
+}
+_NAN_ROW = [float("nan")] * 5 + [0.0] * 4
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def unsupported_reason(t: torch.Tensor) -> str | None:
+    if t.layout != torch.strided:
+        return f"unsupported: {str(t.layout).replace('torch.', '')} layout"
+    if t.is_complex():
+        return f"unsupported: complex dtype {dtype_name(t.dtype)}"
+    if t.is_quantized:
+        return f"unsupported: quantized dtype {dtype_name(t.dtype)}"
+    if t.device.type == "meta":
+        return "unsupported: meta tensor (no data)"
+    return None
+
+
+def _device_row(t: torch.Tensor) -> torch.Tensor:
+    """Raw row computed with torch ops on ``t``'s device (no sync)."""
+    x = t.detach()
+    if x.dtype == torch.bool:
+        x = x.to(torch.uint8)
+    if not x.is_floating_point():
+        x = x.to(torch.float64)
+    elif x.dtype not in (torch.float32, torch.float64):
+        x = x.float()
+    mn, mx = torch.aminmax(x)
+    acc = torch.float64 if x.device.type != "mps" else torch.float32
+    s = x.sum(dtype=acc)
+    a = torch.linalg.vector_norm(x, 1, dtype=acc)
+    q = torch.linalg.vector_norm(x, 2, dtype=acc)
+    n = x.numel()
+    zeros = n - torch.count_nonzero(x)
+    nans = torch.isnan(x).sum()
+    pinf = (x == float("inf")).sum()
+    ninf = (x == float("-inf")).sum()
+    return torch.stack([mx.to(acc), mn.to(acc), s, a, q * q, zeros.to(acc), nans.to(acc), pinf.to(acc),
+                        ninf.to(acc)])
+
+
+class StatsBuffer:
+    """Raw statistics rows of one step."""
+
+    def __init__(self, capacity: int = 1024) -> None:
+        self._host = np.empty((capacity, RAW_WIDTH), dtype=np.float64)
+        self._n = 0
+        self._pending: list[tuple[int, torch.Tensor]] = []  # rows still on a device
+        self.fast = _fastats is not None
+
+    def __len__(self) -> int:
+        return self._n
+
+    def _next_row(self) -> int:
+        if self._n == self._host.shape[0]:
+            grown = np.empty((self._host.shape[0] * 2, RAW_WIDTH), dtype=np.float64)
+            grown[: self._n] = self._host[: self._n]
+            self._host = grown
+        row = self._n
+        self._n += 1
+        return row
+
+    def add(self, t: torch.Tensor) -> tuple[int, str, str | None]:
+        """Queue the statistics of ``t``; returns (row, dtype name, unsupported reason or None)."""
+        row = self._next_row()
+        why = unsupported_reason(t)
+        if why is not None:
+            self._host[row] = _NAN_ROW
+            return row, dtype_name(t.dtype), why
+        n = t.numel()
+        if n == 0:
+            self._host[row] = _NAN_ROW[:2] + [0.0] * 7
+            return row, dtype_name(t.dtype), None
+        code = _FAST_CODES.get(t.dtype)
+        if self.fast and code is not None and t.device.type == "cpu":
+            if not t.is_contiguous():
+                t = t.contiguous()
+            _fastats.reduce(t.data_ptr(), n, code, self._host.ctypes.data + row * RAW_WIDTH * 8)
+        else:
+            self._pending.append((row, _device_row(t)))
+        return row, dtype_name(t.dtype), None
+
+    def raw(self) -> np.ndarray:
+        """All rows so far as a host array; device rows come over in one transfer per device."""
+        if self._pending:
+            by_device: dict[torch.device, list[tuple[int, torch.Tensor]]] = {}
+            for row, vec in self._pending:
+                by_device.setdefault(vec.device, []).append((row, vec))
+            for items in by_device.values():
+                host = torch.stack([v for _, v in items]).to("cpu", torch.float64).numpy()
+                self._host[[r for r, _ in items]] = host
+            self._pending.clear()
+        return self._host[: self._n]

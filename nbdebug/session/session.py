@@ -1,0 +1,218 @@
+"""The session: what every view, watchpoint and dump reads.
+
+A :class:`Session` holds the graph, one :class:`StatsTable` per finished step, the statistics being
+collected for the step in progress, and retained tensor values. Framework adapters write into it;
+nothing here imports a framework.
+
+>>> s = Session(framework="numpy", framework_version="1", device="cpu")
+>>> s.step_index
+0
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from .graph import Graph, Node
+from .stats import FIELDS, StatsTable, row_to_mapping
+from .store import NotRetainedError, TensorStore
+
+RAW_WIDTH = 9  # max, min, sum, abs_sum, sq_sum, zero, nan, +inf, -inf
+
+
+def raw_to_fields(raw: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Convert raw reduction rows (sums) into :data:`FIELDS` rows (means, norm, count)."""
+    out = np.empty((raw.shape[0], len(FIELDS)))
+    safe = np.where(counts > 0, counts, 1)
+    out[:, 0] = raw[:, 0]
+    out[:, 1] = raw[:, 1]
+    out[:, 2] = raw[:, 2] / safe
+    out[:, 3] = raw[:, 3] / safe
+    with np.errstate(invalid="ignore"):
+        out[:, 4] = np.sqrt(raw[:, 4])
+    out[:, 5:9] = raw[:, 5:9]
+    out[:, 9] = counts
+    empty = counts == 0
+    if empty.any():
+        out[empty, 0:4] = np.nan
+    return out
+
+
+class StepRecorder:
+    """The (node, slot) → stats-row bookkeeping of the step in progress (hot path: appends only)."""
+
+    __slots__ = ("keys", "rows", "dtypes", "shapes", "counts", "unsupported", "index")
+
+    def __init__(self) -> None:
+        self.keys: list[tuple[str, str]] = []
+        self.rows: list[int] = []
+        self.dtypes: list[str] = []
+        self.shapes: list[tuple[int, ...]] = []
+        self.counts: list[int] = []
+        self.unsupported: dict[int, str] = {}
+        self.index: dict[tuple[str, str], int] = {}
+
+    def add(self, key: tuple[str, str], row: int, dtype: str, shape: tuple[int, ...], count: int) -> None:
+        i = self.index.get(key)
+        if i is not None:  # re-recorded within a step (e.g. a slot seen twice): keep the latest
+            self.rows[i] = row
+            self.dtypes[i], self.shapes[i], self.counts[i] = dtype, shape, count
+            return
+        self.index[key] = len(self.keys)
+        self.keys.append(key)
+        self.rows.append(row)
+        self.dtypes.append(dtype)
+        self.shapes.append(shape)
+        self.counts.append(count)
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+
+class Session:
+    """Graph + per-step statistics + retained values of one debugged run (live or offline)."""
+
+    def __init__(self, *, framework: str, framework_version: str = "", device: str = "cpu",
+                 memory_budget: int = 512 * 2**20, live: bool = True) -> None:
+        self.framework = framework
+        self.framework_version = framework_version
+        self.device = device
+        self.pid = os.getpid()
+        self.live = live
+        self.graph = Graph()
+        self.steps: dict[int, StatsTable] = {}
+        self.step_index = 0
+        self.store = TensorStore(memory_budget)
+        #: the step whose values ``store.current`` holds; the store rotates lazily, when the next step
+        #: records its first node, so that between steps "current" and "previous" both stay readable
+        self.store_step = 0
+        self.recorder = StepRecorder()
+        self.order = 0  # execution counter within the step in progress
+        self.lock = threading.RLock()
+        #: source of raw stats rows for the step in progress: () -> ndarray (rows x RAW_WIDTH)
+        self.raw_source: Callable[[], np.ndarray] | None = None
+        self._partial: tuple[int, StatsTable] | None = None
+        self._listeners: dict[str, list[Callable[..., Any]]] = {}
+
+    # -- events -----------------------------------------------------------------------------------
+    def subscribe(self, event: str, fn: Callable[..., Any]) -> Callable[[], None]:
+        """Call ``fn`` on ``event`` ("node", "step"); returns an unsubscribe function."""
+        self._listeners.setdefault(event, []).append(fn)
+        return lambda: self._listeners.get(event, []).remove(fn) if fn in self._listeners.get(event, []) else None
+
+    def emit(self, event: str, *args: Any) -> None:
+        for fn in list(self._listeners.get(event, ())):
+            fn(*args)
+
+    def has_listeners(self, event: str) -> bool:
+        return bool(self._listeners.get(event))
+
+    # -- writing (adapters) -----------------------------------------------------------------------
+    def node(self, name: str, *, kind: str, op_type: str, scope: str = "", section: str = "forward",
+             stack: Callable[[], list[str]] | None = None, pair: str | None = None) -> Node:
+        """Register that ``name`` executed now; returns its node with ``order`` set."""
+        if self.store_step != self.step_index:
+            self.store.rotate()
+            if self.store_step != self.step_index - 1:  # a step without values in between
+                self.store.rotate()
+            self.store_step = self.step_index
+        node = self.graph.nodes.get(name)
+        if node is None:
+            node = self.graph.add_node(name, kind=kind, op_type=op_type, scope=scope, section=section,
+                                       stack=stack() if stack else None, pair=pair)
+        node.order = self.order
+        self.order += 1
+        return node
+
+    def end_step(self, raw: np.ndarray) -> StatsTable:
+        """Close the step in progress with its raw stats rows; returns its table."""
+        table = self._build_table(raw)
+        self.steps[self.step_index] = table
+        self.step_index += 1
+        self.recorder = StepRecorder()
+        self.order = 0
+        self._partial = None
+        return table
+
+    def _build_table(self, raw: np.ndarray) -> StatsTable:
+        rec = self.recorder
+        if rec.keys:
+            rows = np.asarray(rec.rows, dtype=np.intp)
+            values = raw_to_fields(raw[rows], np.asarray(rec.counts, dtype=np.float64))
+        else:
+            values = np.zeros((0, len(FIELDS)))
+        table = StatsTable.from_rows(rec.keys, rec.dtypes, rec.shapes, values)
+        table.unsupported = {i: why for i, why in rec.unsupported.items()}
+        return table
+
+    # -- reading ----------------------------------------------------------------------------------
+    def table(self, step: int) -> StatsTable:
+        """Statistics of ``step``; the step in progress is materialized from what was captured so far."""
+        if step in self.steps:
+            return self.steps[step]
+        if step == self.step_index:
+            n = len(self.recorder)
+            if self._partial is None or self._partial[0] != n:
+                raw = self.raw_source() if self.raw_source else np.zeros((0, 9))
+                self._partial = (n, self._build_table(raw))
+            return self._partial[1]
+        raise KeyError(f"no statistics for step {step}; steps with statistics: {self.step_range()}")
+
+    def step_range(self) -> str:
+        done = sorted(self.steps)
+        if not done:
+            return "none yet" if not len(self.recorder) else f"{self.step_index} (in progress)"
+        return f"{done[0]}..{done[-1]}" + (f", {self.step_index} (in progress)" if len(self.recorder) else "")
+
+    def resolve_step(self, key: tuple[str, str], step: int | str) -> int:
+        """Turn "current" / "previous" / an int into a step index for ``key``."""
+        if isinstance(step, (int, np.integer)):
+            return int(step)
+        if step not in ("current", "previous"):
+            raise ValueError(f"step must be 'current', 'previous' or an int, got {step!r}")
+        cur = self.step_index if key in self.recorder.index else self.step_index - 1
+        return cur if step == "current" else cur - 1
+
+    def stats(self, node: str, slot: str, step: int | str = "current") -> Mapping[str, Any]:
+        key = (node, slot)
+        self._check_key(node, slot)
+        idx = self.resolve_step(key, step)
+        if idx < 0:
+            raise KeyError(f"{node} {slot}: there is no {step} step yet")
+        table = self.table(idx)
+        i = table.index.get(key)
+        if i is None:
+            raise KeyError(f"{node} {slot} did not execute in step {idx}")
+        out = row_to_mapping(table.dtypes[i], table.shapes[i], table.values[i])
+        if i in table.unsupported:
+            out.update({k: None for k in ("max", "min", "mean", "abs_mean", "norm")})
+            out["unsupported"] = table.unsupported[i]
+        return out
+
+    def tensor(self, node: str, slot: str, step: int | str = "current") -> np.ndarray:
+        key = (node, slot)
+        if step == "initial":
+            return self.store.get(key, "initial")
+        self._check_key(node, slot)
+        idx = self.resolve_step(key, step)
+        if idx == self.store_step:
+            which = "current"
+        elif idx == self.store_step - 1:
+            which = "previous"
+        else:
+            raise NotRetainedError(
+                f"{node} {slot}: values are kept for the current ({self.store_step}) and previous step "
+                f"only; step {idx} has statistics but no retained value")
+        return self.store.get(key, which)
+
+    def _check_key(self, node: str, slot: str) -> None:
+        if node not in self.graph.nodes:
+            raise KeyError(f"no node named {node!r}; {len(self.graph)} nodes captured so far")
+        known = self.graph.nodes[node].shapes
+        if known and slot not in known:
+            raise KeyError(f"node {node!r} has no slot {slot!r}; its slots: {sorted(known)}")
