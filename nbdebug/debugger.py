@@ -18,10 +18,49 @@ from typing import Any
 
 import numpy as np
 
+from .control import Controller, EventHub, State
 from .session.graph import Graph
 from .session.session import Session
 
 _ATTACHED: dict[int, weakref.ref] = {}
+_LAST: list[weakref.ref | None] = [None]
+
+
+def last_debugger() -> Debugger | None:
+    """The most recently created live Debugger (for ``%nbdebug``)."""
+    ref = _LAST[0]
+    dbg = ref() if ref is not None else None
+    return dbg if dbg is not None and not dbg.closed else None
+
+
+def first_nonfinite(session: Session, step: int | str = "current") -> tuple[str, str, int] | None:
+    """Overflow origin in ``session``: see :meth:`Debugger.first_nonfinite`."""
+    if step == "current":
+        idx = session.step_index if len(session.recorder) else session.step_index - 1
+    elif step == "previous":
+        idx = (session.step_index if len(session.recorder) else session.step_index - 1) - 1
+    else:
+        idx = int(step)
+    if idx < 0:
+        return None
+    table = session.table(idx)
+    if not len(table):
+        return None
+    bad = (table.column("nan_count") + table.column("pos_inf_count") + table.column("neg_inf_count")) > 0
+    if not bad.any():
+        return None
+    by_node: dict[str, list[int]] = {}
+    for i, (node, _slot) in enumerate(table.keys):
+        by_node.setdefault(node, []).append(i)
+    nodes = session.graph.nodes
+    for name in sorted(by_node, key=lambda n: nodes[n].order if n in nodes else 1 << 60):
+        rows = by_node[name]
+        outs = [i for i in rows if not table.keys[i][1].startswith(("input", "parameters"))]
+        ins = [i for i in rows if table.keys[i][1].startswith(("input", "parameters"))]
+        if any(bad[i] for i in outs) and not any(bad[i] for i in ins):
+            first = next(i for i in outs if bad[i])
+            return name, table.keys[first][1], idx
+    return None
 
 
 def _framework_of(model: Any) -> str:
@@ -47,10 +86,16 @@ class Debugger:
     capture: start capturing at once (``dbg.capture = False`` pauses capture; hooks stay attached).
     memory_budget: bytes of tensor values kept for the current and previous step (default 512 MiB).
     retain: keep tensor values at all (statistics are always kept).
+    check: when watchpoints are evaluated — ``"step"`` (at the end of every step; a hit pauses there
+        with all hits of the step) or ``"node"`` (right after each watched node; a hit pauses at it).
     """
 
     def __init__(self, model: Any, level: str = "L0", *, capture: bool = True,
-                 memory_budget: int = 512 * 2**20, retain: bool = True, retain_copy: bool = False) -> None:
+                 memory_budget: int = 512 * 2**20, retain: bool = True, retain_copy: bool = False,
+                 check: str = "step") -> None:
+        if check not in ("step", "node"):
+            raise ValueError(f"check must be 'step' or 'node', got {check!r}")
+        self.check = check
         framework = _framework_of(model)
         prev = _ATTACHED.get(id(model))
         if prev is not None and prev() is not None and not prev().closed:
@@ -77,6 +122,118 @@ class Debugger:
         self._adapter.capturing = capture
         _ATTACHED[id(model)] = weakref.ref(self)
         self._model_id = id(model)
+        self.hub = EventHub()
+        self._ctl = Controller(self.hub, in_optimizer=lambda: self._adapter.section == "optimizer",
+                               node_exists=lambda name: name in self.session.graph.nodes,
+                               on_thread_exit=self._thread_exit)
+        self._node_sub: Any = None
+        self.session.subscribe("step", self._on_step)
+        _LAST[0] = weakref.ref(self)
+
+    # -- events from the session (training thread) ------------------------------------------------
+    def _on_node(self, node: Any) -> None:
+        self._ctl.at_node(node.name, self._check_node(node))
+
+    def _check_node(self, node: Any) -> bool:
+        return False
+
+    def _on_step(self, step: int) -> None:
+        hits = self._check_step(step)
+        self.hub.emit("step", step)
+        self._ctl.at_step_end(step, hits)
+
+    def _check_step(self, step: int) -> int:
+        return 0
+
+    def _thread_exit(self) -> None:
+        if self._node_sub is not None:
+            self._node_sub()
+            self._node_sub = None
+        self._adapter.thread_exit()
+
+    # -- training control -------------------------------------------------------------------------
+    def run(self, fn: Any, *args: Any, block: bool = False, paused: bool = False, steps: int | None = None,
+            **kwargs: Any) -> None:
+        """Run ``fn(*args, **kwargs)`` — your training loop — on a worker thread and return at once.
+
+        The notebook stays responsive; pause, continue, step and inspect while it trains. ``block=True``
+        runs in this thread (for scripts); ``paused=True`` waits for :meth:`cont` before the first node;
+        ``steps=N`` pauses after N steps. An exception in ``fn`` sets :attr:`state` to ``failed`` and
+        keeps the traceback in :attr:`error`.
+
+        >>> import torch, nbdebug
+        >>> model = torch.nn.Linear(2, 1)
+        >>> dbg = nbdebug.Debugger(model)
+        >>> dbg.run(lambda: model(torch.ones(1, 2)).sum().backward())
+        >>> dbg.wait(10)
+        <State.FINISHED: 'finished'>
+        >>> dbg.close()
+        """
+        if self.closed:
+            raise RuntimeError("this Debugger is closed")
+        if self._node_sub is None:
+            self._node_sub = self.session.subscribe("node", self._on_node)
+        try:
+            self._ctl.run(fn, *args, block=block, paused=paused, steps=steps, **kwargs)
+        except BaseException:
+            if self._ctl.state not in (State.RUNNING, State.PAUSED) and self._node_sub is not None:
+                self._node_sub()
+                self._node_sub = None
+            raise
+
+    def cont(self, steps: int | None = None) -> None:
+        """Continue: run ``steps`` steps, or (None) until a watchpoint hit or the end."""
+        self._ctl.cont(steps)
+
+    def pause(self) -> None:
+        """Pause at the next node boundary."""
+        self._ctl.pause()
+
+    def terminate(self) -> None:
+        """Stop training cleanly; the worker thread ends and the model stays consistent."""
+        self._ctl.terminate()
+
+    def run_to(self, node: str) -> None:
+        """Pause right after ``node`` executes (within at most one step)."""
+        self._ctl.run_to(node)
+
+    def next_node(self) -> None:
+        """Execute exactly one more node, then pause."""
+        self._ctl.next_node()
+
+    def wait(self, timeout: float | None = None) -> State:
+        """Block until training is paused or over, or ``timeout`` seconds pass; returns the state."""
+        return self._ctl.wait(timeout)
+
+    @property
+    def state(self) -> State:
+        """idle, running, paused, finished, terminated or failed."""
+        return self._ctl.state
+
+    @property
+    def current_node(self) -> str | None:
+        """The node training is paused at (None while running or when paused at a step boundary)."""
+        return self._ctl.current_node
+
+    @property
+    def pause_reason(self) -> str:
+        return self._ctl.pause_reason
+
+    @property
+    def error(self) -> str | None:
+        """Traceback of the exception that ended the training function, if any."""
+        return self._ctl.error
+
+    def on(self, event: str, callback: Any) -> Any:
+        """Subscribe to ``state``, ``step``, ``hit``, ``node`` or ``error`` events; returns an unsubscribe
+        function. In a Jupyter kernel callbacks run on the kernel's event loop, at most ~10 per second."""
+        return self.hub.on(event, callback)
+
+    # -- analysis ---------------------------------------------------------------------------------
+    def first_nonfinite(self, step: int | str = "current") -> tuple[str, str, int] | None:
+        """The earliest node (forward, then backward, then optimizer) whose inputs are finite and
+        whose output is not: ``(node, slot, step)``, or None when the step is clean."""
+        return first_nonfinite(self.session, step)
 
     # -- capture ----------------------------------------------------------------------------------
     @property
@@ -118,9 +275,15 @@ class Debugger:
 
     # -- lifetime ---------------------------------------------------------------------------------
     def close(self) -> None:
-        """Detach: remove every hook and mode; the model is as if never attached."""
+        """Detach: remove every hook and mode; the model is as if never attached.
+
+        A training thread still running is terminated first (and waited for, up to 10 s)."""
         if self.closed:
             return
+        if self._ctl.state in (State.RUNNING, State.PAUSED):
+            self._ctl.terminate()
+            if self._ctl.thread is not None and self._ctl.thread is not __import__("threading").current_thread():
+                self._ctl.thread.join(10)
         self.closed = True
         self._adapter.close()
         if _ATTACHED.get(self._model_id) is not None and _ATTACHED[self._model_id]() is self:

@@ -213,6 +213,7 @@ class TorchAdapter:
         self._counts: dict[Any, int] = {}
         self._module_calls: dict[int, list[str]] = {}
         self._bwd_started: set[str] = set()
+        self._done: set[str] = set()
         self._inputs = 0
         self._param_seen: set[int] = set()
         self._opt_calls = 0
@@ -226,10 +227,25 @@ class TorchAdapter:
                 h.remove()
             self._step_handles = []
             self._pop_mode()
+            self._scope.clear()
             self.section = "forward"
             self.session.end_step(raw)
             self._new_step_state()
+        self.busy = True  # observers (watchpoints, control) run torch-free code; keep hooks quiet
+        try:
             self.session.emit("step", self.session.step_index - 1)
+        finally:
+            self.busy = False
+
+    def thread_exit(self) -> None:
+        """The training thread is ending (finished, terminated or failed): close a partial step."""
+        self.busy = False
+        if len(self.session.recorder) and not self.closed:
+            self.end_step()
+        else:
+            self._pop_mode()
+            self._scope.clear()
+            self.section = "forward"
 
     # -- attach / detach --------------------------------------------------------------------------
     def _attach(self, model: torch.nn.Module) -> None:
@@ -376,7 +392,14 @@ class TorchAdapter:
         return name
 
     def _emit_node(self, node) -> None:
-        if self.session.has_listeners("node"):
+        """``node`` finished executing: its execution order is its completion order."""
+        s = self.session
+        if node.name in self._done:  # a node with several gradient slots completes once
+            return
+        self._done.add(node.name)
+        node.order = s.order
+        s.order += 1
+        if s.has_listeners("node"):
             self.busy = True
             try:
                 self.session.emit("node", node)

@@ -1,0 +1,261 @@
+"""The worker thread that runs training, and the pause/step state machine.
+
+Commands (:meth:`Controller.cont`, :meth:`pause`, :meth:`terminate`, :meth:`run_to`,
+:meth:`next_node`) may come from any thread — a notebook cell, a panel button, the JupyterLab
+extension. The training thread calls :meth:`Controller.at_node` after every captured node and
+:meth:`Controller.at_step_end` at every step boundary; that is where it blocks while paused and
+where a terminate request unwinds it.
+
+>>> c = Controller()
+>>> c.run(lambda: 41 + 1, block=True)
+>>> c.state, c.result
+(<State.FINISHED: 'finished'>, 42)
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from .events import EventHub
+
+
+class State(str, enum.Enum):
+    IDLE = "idle"
+    RUNNING = "running"
+    PAUSED = "paused"
+    FINISHED = "finished"
+    TERMINATED = "terminated"
+    FAILED = "failed"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+ACTIVE = (State.RUNNING, State.PAUSED)
+SETTLED = (State.IDLE, State.PAUSED, State.FINISHED, State.TERMINATED, State.FAILED)
+
+
+class TrainingTerminated(BaseException):  # noqa: N818 - not an error: the user asked for it
+    """Raised inside the training thread to unwind it after ``terminate()``.
+
+    A ``BaseException`` so that a training loop's ``except Exception`` does not swallow it.
+    """
+
+
+class Controller:
+    """Runs a training function and answers control commands."""
+
+    def __init__(self, hub: EventHub | None = None, *, in_optimizer: Callable[[], bool] = lambda: False,
+                 node_exists: Callable[[str], bool] = lambda name: True,
+                 on_thread_exit: Callable[[], None] = lambda: None) -> None:
+        self.hub = hub or EventHub()
+        self._in_optimizer = in_optimizer
+        self._node_exists = node_exists
+        self._on_thread_exit = on_thread_exit
+        self._cv = threading.Condition(threading.RLock())
+        self.state = State.IDLE
+        self.current_node: str | None = None
+        self.pause_reason = ""
+        self.error: str | None = None
+        self.exception: BaseException | None = None
+        self.result: Any = None
+        self.thread: threading.Thread | None = None
+        self._train_ident: int | None = None
+        self._steps_left: int | None = None
+        self._pause_requested = False
+        self._terminate_requested = False
+        self._run_to: str | None = None
+        self._next_node = False
+
+    # -- starting ---------------------------------------------------------------------------------
+    def run(self, fn: Callable[..., Any], *args: Any, block: bool = False, paused: bool = False,
+            steps: int | None = None, **kwargs: Any) -> None:
+        """Run ``fn(*args, **kwargs)`` on a worker thread (or here with ``block=True``).
+
+        ``paused=True`` waits for a command before the first node; ``steps=N`` pauses after N steps.
+        """
+        with self._cv:
+            if self.state in ACTIVE:
+                raise RuntimeError(f"training is already {self.state}; terminate() it or wait() for it first")
+            if block and paused:
+                raise ValueError("block=True with paused=True would wait forever in this thread")
+            self._reset_requests()
+            self._steps_left = _check_steps(steps)
+            self.error = self.exception = self.result = None
+            self.current_node = None
+            self.pause_reason = "waiting for a command before the first node" if paused else ""
+            self._set_state(State.PAUSED if paused else State.RUNNING)
+
+        def target() -> None:
+            self._train_ident = threading.get_ident()
+            final = State.FINISHED
+            try:
+                if paused:
+                    self._block_while_paused()
+                self.result = fn(*args, **kwargs)
+            except TrainingTerminated:
+                final = State.TERMINATED
+            except BaseException as exc:  # noqa: BLE001 - every failure must reach the panel
+                final = State.FAILED
+                self.exception = exc
+                self.error = traceback.format_exc()
+            finally:
+                self._train_ident = None
+                try:
+                    self._on_thread_exit()
+                finally:
+                    with self._cv:
+                        self.current_node = None
+                        self._reset_requests()
+                        self._set_state(final)
+                if final is State.FAILED:
+                    self.hub.emit("error", self.error)
+
+        if block:
+            target()
+            if self.state is State.FAILED and isinstance(self.exception, KeyboardInterrupt):
+                raise self.exception
+            return
+        self.thread = threading.Thread(target=target, name="nbdebug-training", daemon=True)
+        self.thread.start()
+
+    # -- commands (any thread) --------------------------------------------------------------------
+    def cont(self, steps: int | None = None) -> None:
+        """Run ``steps`` more steps (None: until a hit or the end)."""
+        steps = _check_steps(steps)
+        with self._cv:
+            self._steps_left = steps
+            self._resume()
+
+    def pause(self) -> None:
+        """Pause at the next node boundary."""
+        with self._cv:
+            if self.state is State.RUNNING:
+                self._pause_requested = True
+
+    def terminate(self) -> None:
+        """End training cleanly: the worker unwinds at the next node (after the optimizer's step if
+        one is in progress, so parameters are never half-updated)."""
+        with self._cv:
+            if self.state in ACTIVE:
+                self._terminate_requested = True
+                self._resume()  # a paused worker wakes up and unwinds
+
+    def run_to(self, node: str) -> None:
+        """Resume and pause right after ``node`` executes (at the latest at the end of the step)."""
+        if not self._node_exists(node):
+            raise KeyError(f"no node named {node!r} to run to")
+        with self._cv:
+            self._run_to = node
+            self._steps_left = None
+            self._resume()
+
+    def next_node(self) -> None:
+        """Execute exactly one more node, then pause."""
+        with self._cv:
+            self._next_node = True
+            self._steps_left = None
+            self._resume()
+
+    def wait(self, timeout: float | None = None) -> State:
+        """Block until training is paused or over (or ``timeout`` seconds pass); returns the state."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cv:
+            while self.state is State.RUNNING:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    break
+                self._cv.wait(left)
+            return self.state
+
+    # -- called by the training thread ------------------------------------------------------------
+    @property
+    def controlling(self) -> bool:
+        """True in the thread that ``run`` started (pauses only ever block that thread)."""
+        return self._train_ident is not None and threading.get_ident() == self._train_ident
+
+    def at_node(self, name: str, hit: bool = False) -> None:
+        if not self.controlling:
+            return
+        if self._terminate_requested:
+            if self._in_optimizer():
+                return  # finish the parameter update first; the step end unwinds
+            raise TrainingTerminated
+        reason = None
+        if hit:
+            reason = "watchpoint hit"
+        elif self._next_node:
+            reason = "next node"
+        elif self._run_to == name:
+            reason = f"ran to {name}"
+        elif self._pause_requested:
+            reason = "paused"
+        if reason is not None:
+            self._pause_at(name, reason)
+
+    def at_step_end(self, step: int, hits: int = 0) -> None:
+        if not self.controlling:
+            return
+        if self._terminate_requested:
+            raise TrainingTerminated
+        reason = None
+        if hits:
+            reason = f"{hits} watchpoint hit{'s' if hits != 1 else ''} in step {step}"
+        elif self._steps_left is not None:
+            self._steps_left -= 1
+            if self._steps_left <= 0:
+                reason = f"step {step} done"
+        if reason is None and self._run_to is not None:
+            reason = f"{self._run_to} did not execute in step {step}"
+        if reason is None and self._pause_requested:
+            reason = "paused"
+        if reason is not None:
+            self._pause_at(None, reason)
+
+    # -- internals --------------------------------------------------------------------------------
+    def _pause_at(self, node: str | None, reason: str) -> None:
+        with self._cv:
+            self.current_node = node
+            self.pause_reason = reason
+            self._pause_requested = self._next_node = False
+            self._run_to = None
+            self._steps_left = None
+            self._set_state(State.PAUSED)
+        self._block_while_paused()
+
+    def _block_while_paused(self) -> None:
+        with self._cv:
+            while self.state is State.PAUSED:
+                self._cv.wait()
+            terminate = self._terminate_requested and not self._in_optimizer()
+        if terminate:
+            raise TrainingTerminated
+
+    def _resume(self) -> None:
+        if self.state is State.PAUSED:
+            self.current_node = None
+            self.pause_reason = ""
+            self._set_state(State.RUNNING)
+            self._cv.notify_all()
+
+    def _reset_requests(self) -> None:
+        self._pause_requested = self._terminate_requested = self._next_node = False
+        self._run_to = None
+
+    def _set_state(self, state: State) -> None:
+        self.state = state
+        self._cv.notify_all()
+        self.hub.emit("state", state)
+
+
+def _check_steps(steps: int | None) -> int | None:
+    if steps is None:
+        return None
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"steps must be a positive int or None, got {steps!r}")
+    return steps
