@@ -21,6 +21,7 @@ import numpy as np
 from .control import Controller, EventHub, State
 from .session.graph import Graph
 from .session.session import Session
+from .watch.watchpoints import HitRecord, WatchManager, Watchpoint
 
 _ATTACHED: dict[int, weakref.ref] = {}
 _LAST: list[weakref.ref | None] = [None]
@@ -127,6 +128,7 @@ class Debugger:
                                node_exists=lambda name: name in self.session.graph.nodes,
                                on_thread_exit=self._thread_exit)
         self._node_sub: Any = None
+        self.watchpoints = WatchManager(self.session)
         self.session.subscribe("step", self._on_step)
         _LAST[0] = weakref.ref(self)
 
@@ -135,7 +137,12 @@ class Debugger:
         self._ctl.at_node(node.name, self._check_node(node))
 
     def _check_node(self, node: Any) -> bool:
-        return False
+        if self.check != "node" or not self.watchpoints.watchpoints:
+            return False
+        new = self.watchpoints.check_node(node, self.session.step_index)
+        for h in new:
+            self.hub.emit("hit", h)
+        return any(h.hits for h in new)
 
     def _on_step(self, step: int) -> None:
         hits = self._check_step(step)
@@ -143,13 +150,66 @@ class Debugger:
         self._ctl.at_step_end(step, hits)
 
     def _check_step(self, step: int) -> int:
-        return 0
+        if not self.watchpoints.watchpoints:
+            return 0
+        before = {(h.watchpoint, h.node, h.slot) for h in self.watchpoints.hits if h.step == step}
+        found = self.watchpoints.check(step)
+        new = [h for h in found if (h.watchpoint, h.node, h.slot) not in before]
+        for h in new:
+            self.hub.emit("hit", h)
+        return sum(1 for h in new if h.hits)
 
     def _thread_exit(self) -> None:
         if self._node_sub is not None:
             self._node_sub()
             self._node_sub = None
         self._adapter.thread_exit()
+
+    # -- watchpoints ------------------------------------------------------------------------------
+    def watch(self, condition: str, nodes: Any = None, **params: Any) -> Watchpoint:
+        """Create a watchpoint: ``dbg.watch("GL", max_gt=1e3)``, ``dbg.watch("TO", nodes="Functional.*")``.
+
+        ``nodes`` takes names, glob patterns or a list; None selects the condition's category (all
+        weights / gradients / activations / nodes). Invalid parameters raise ``ValueError`` naming the
+        parameter and its allowed range.
+        """
+        if self.check == "node" and self._node_sub is None:
+            self._node_sub = self.session.subscribe("node", self._on_node)
+        return self.watchpoints.watch(condition, nodes, **params)
+
+    def unwatch(self, wp: int | Watchpoint | None = None) -> None:
+        """Delete one watchpoint, or all of them (None)."""
+        if wp is None:
+            self.watchpoints.clear()
+        else:
+            self.watchpoints.delete(wp)
+
+    def update_watch(self, wp: int | Watchpoint, **changes: Any) -> Watchpoint:
+        """Change a watchpoint: ``add=``/``remove=`` nodes, ``enabled=``, ``nodes=``, or parameters."""
+        return self.watchpoints.update(wp, **changes)
+
+    @property
+    def hits(self) -> list[HitRecord]:
+        """Every hit so far, ordered by step, then execution order within the step."""
+        return sorted(self.watchpoints.hits, key=lambda h: (h.step, h.order, h.node, h.slot, h.watchpoint))
+
+    def recheck(self) -> list[HitRecord]:
+        """Re-evaluate the current watchpoints on the current step's data, without advancing."""
+        step = self.session.step_index if len(self.session.recorder) else self.session.step_index - 1
+        if step < 0:
+            return []
+        found = self.watchpoints.check(step)
+        for h in found:
+            self.hub.emit("hit", h)
+        return found
+
+    def recommend(self) -> list[tuple[str, dict[str, Any], Any]]:
+        """The recommended watchpoints for this model: (condition, parameters, target) triples."""
+        return self.watchpoints.recommend()
+
+    def watch_recommended(self) -> list[Watchpoint]:
+        """Create the recommended watchpoints."""
+        return [self.watch(c, target=t, **p) for c, p, t in self.recommend()]
 
     # -- training control -------------------------------------------------------------------------
     def run(self, fn: Any, *args: Any, block: bool = False, paused: bool = False, steps: int | None = None,

@@ -46,7 +46,7 @@ def raw_to_fields(raw: np.ndarray, counts: np.ndarray) -> np.ndarray:
 class StepRecorder:
     """The (node, slot) → stats-row bookkeeping of the step in progress (hot path: appends only)."""
 
-    __slots__ = ("keys", "rows", "dtypes", "shapes", "counts", "unsupported", "index")
+    __slots__ = ("keys", "rows", "dtypes", "shapes", "counts", "unsupported", "index", "by_node")
 
     def __init__(self) -> None:
         self.keys: list[tuple[str, str]] = []
@@ -56,6 +56,7 @@ class StepRecorder:
         self.counts: list[int] = []
         self.unsupported: dict[int, str] = {}
         self.index: dict[tuple[str, str], int] = {}
+        self.by_node: dict[str, list[int]] = {}
 
     def add(self, key: tuple[str, str], row: int, dtype: str, shape: tuple[int, ...], count: int) -> None:
         i = self.index.get(key)
@@ -63,7 +64,8 @@ class StepRecorder:
             self.rows[i] = row
             self.dtypes[i], self.shapes[i], self.counts[i] = dtype, shape, count
             return
-        self.index[key] = len(self.keys)
+        n = self.index[key] = len(self.keys)
+        self.by_node.setdefault(key[0], []).append(n)
         self.keys.append(key)
         self.rows.append(row)
         self.dtypes.append(dtype)
@@ -162,6 +164,19 @@ class Session:
                 self._partial = (n, self._build_table(raw))
             return self._partial[1]
         raise KeyError(f"no statistics for step {step}; steps with statistics: {self.step_range()}")
+
+    def node_table(self, node: str) -> StatsTable:
+        """Statistics of ``node``'s tensors in the step in progress (cheap: only its rows)."""
+        rec = self.recorder
+        idx = rec.by_node.get(node, [])
+        raw = self.raw_source() if self.raw_source else np.zeros((0, 9))
+        rows = np.asarray([rec.rows[i] for i in idx], dtype=np.intp)
+        counts = np.asarray([rec.counts[i] for i in idx], dtype=np.float64)
+        values = raw_to_fields(raw[rows], counts) if len(idx) else np.zeros((0, len(FIELDS)))
+        table = StatsTable.from_rows([rec.keys[i] for i in idx], [rec.dtypes[i] for i in idx],
+                                     [rec.shapes[i] for i in idx], values)
+        table.unsupported = {j: rec.unsupported[i] for j, i in enumerate(idx) if i in rec.unsupported}
+        return table
 
     def step_range(self) -> str:
         done = sorted(self.steps)

@@ -65,7 +65,7 @@ def row_to_mapping(dtype: str, shape: Sequence[int], row: np.ndarray) -> dict[st
 class StatsTable:
     """Statistics of every captured tensor of one step."""
 
-    __slots__ = ("keys", "index", "dtypes", "shapes", "values", "unsupported")
+    __slots__ = ("keys", "index", "dtypes", "shapes", "values", "unsupported", "_by_node")
 
     def __init__(self) -> None:
         self.keys: list[tuple[str, str]] = []
@@ -74,6 +74,7 @@ class StatsTable:
         self.shapes: list[tuple[int, ...]] = []
         self.values: np.ndarray = np.zeros((0, len(FIELDS)))
         self.unsupported: dict[int, str] = {}
+        self._by_node: dict[str, list[tuple[str, int]]] | None = None
 
     @classmethod
     def from_rows(
