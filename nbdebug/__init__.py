@@ -1,7 +1,46 @@
-"""nbdebug: a Jupyter-first debugger for neural-network training (PyTorch, MindSpore)."""
+"""nbdebug: a Jupyter-first debugger for neural-network training (PyTorch, MindSpore).
+
+>>> import nbdebug
+>>> sorted(nbdebug.__all__)[:3]
+['DebugUnderflowOverflow', 'Debugger', 'NotRetainedError']
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 from .debugger import Debugger
 from .session.store import NotRetainedError
 
-__all__ = ["Debugger", "NotRetainedError"]
 __version__ = "0.1.0"
+
+# Public names living in modules that import a framework or a UI toolkit: loaded on first use.
+_LAZY: dict[str, str] = {
+    "DebugUnderflowOverflow": "nbdebug.frameworks.torch_overflow:DebugUnderflowOverflow",
+    "PrecisionDebugger": "nbdebug.dump.precision:PrecisionDebugger",
+    "seed_all": "nbdebug.frameworks.seed:seed_all",
+    "load": "nbdebug.dump.load:load",
+    "compare": "nbdebug.compare.run:compare",
+    "compare_npy_dir": "nbdebug.compare.npy:compare_npy_dir",
+    "compare_weights": "nbdebug.compare.weights:compare_weights",
+}
+
+__all__ = ["Debugger", "NotRetainedError", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    target = _LAZY.get(name)
+    if target is None:
+        raise AttributeError(f"module 'nbdebug' has no attribute {name!r}")
+    module, _, attr = target.partition(":")
+    value = getattr(importlib.import_module(module), attr)
+    globals()[name] = value
+    return value
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """``%load_ext nbdebug``: registers the ``%nbdebug`` magic."""
+    from .ui.magics import register
+
+    register(ipython)

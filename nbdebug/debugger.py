@@ -118,8 +118,16 @@ class Debugger:
             self.session = Session(framework="pytorch", framework_version=torch.__version__, device=device,
                                    memory_budget=memory_budget)
             self._adapter = TorchAdapter(model, level, self.session, retain=retain, retain_copy=retain_copy)
-        else:  # pragma: no cover - MindSpore support lands with its own issue
-            raise NotImplementedError("MindSpore models are not supported yet")
+        else:
+            from .frameworks.mindspore_adapter import LEVELS as MS_LEVELS
+            from .frameworks.mindspore_adapter import MindSporeAdapter, mindspore_info
+
+            if level not in MS_LEVELS:
+                raise ValueError(f"unknown level {level!r}; choose one of {', '.join(MS_LEVELS)}")
+            version, device = mindspore_info()
+            self.session = Session(framework="mindspore", framework_version=version, device=device,
+                                   memory_budget=memory_budget)
+            self._adapter = MindSporeAdapter(model, level, self.session, retain=retain)
         self._adapter.capturing = capture
         _ATTACHED[id(model)] = weakref.ref(self)
         self._model_id = id(model)
@@ -332,6 +340,18 @@ class Debugger:
     def tensor(self, node: str, slot: str, step: int | str = "current") -> np.ndarray:
         """The retained value as numpy; ``NotRetainedError`` (a ``LookupError``) says why when absent."""
         return self.session.tensor(node, slot, step)
+
+    # -- display ----------------------------------------------------------------------------------
+    def panel(self) -> Any:
+        """The notebook panel (graph, nodes, watchpoints, hits, control, tensor view) as a widget."""
+        from .ui.panel import Panel
+
+        return Panel(self)
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        display(self.panel())
 
     # -- lifetime ---------------------------------------------------------------------------------
     def close(self) -> None:

@@ -190,6 +190,9 @@ class TorchAdapter:
         self.retain = retain
         self.retain_copy = retain_copy
         self.closed = False
+        #: optional observer of every completed node with its tensors and call (dump writers):
+        #: ``tap(node, [(slot, tensor), ...], (args, kwargs, output) or None)`` on the training thread
+        self.tap: Callable[[Any, list[tuple[str, torch.Tensor]], tuple | None], None] | None = None
         self.auto_step = True
         self.section = "forward"
         self._handles: list[RemovableHandle] = []
@@ -214,6 +217,8 @@ class TorchAdapter:
         self._module_calls: dict[int, list[str]] = {}
         self._bwd_started: set[str] = set()
         self._done: set[str] = set()
+        self._tapped: dict[str, list[tuple[str, torch.Tensor]]] = {}
+        self._calls: dict[str, tuple] = {}
         self._inputs = 0
         self._param_seen: set[int] = set()
         self._opt_calls = 0
@@ -347,6 +352,8 @@ class TorchAdapter:
             rec.unsupported[rec.index[key]] = seen.why
         node.shapes[slot] = shape
         node.dtypes[slot] = seen.dtype
+        if self.tap is not None:
+            self._tapped.setdefault(node.name, []).append((slot, t))
         if self.retain and seen.why is None:
             store: TensorStore = self.session.store
             if seen.handle is None:
@@ -394,6 +401,8 @@ class TorchAdapter:
     def _emit_node(self, node) -> None:
         """``node`` finished executing: its execution order is its completion order."""
         s = self.session
+        if self.tap is not None:
+            self.tap(node, self._tapped.pop(node.name, []), self._calls.pop(node.name, None))
         if node.name in self._done:  # a node with several gradient slots completes once
             return
         self._done.add(node.name)
@@ -444,6 +453,8 @@ class TorchAdapter:
                         grad_fns.append(gf)
                 for gf in grad_fns:
                     self._step_handles.append(gf.register_hook(self._op_bwd_hook(prefix, api, count, node)))
+                if self.tap is not None:
+                    self._calls[name] = (args, kwargs, out)
         finally:
             self.busy = False
         self._emit_node(node)
@@ -533,6 +544,8 @@ class TorchAdapter:
                             if s is not None and s.producer is not None and s.producer[0] != name:
                                 self.session.graph.add_edge(s.producer[0], name, s.producer[1], slot)
                     self._module_bwd_hooks(path, cls, n, node, args, kwargs, output)
+                    if self.tap is not None:
+                        self._calls[name] = (args, kwargs, output)
             finally:
                 self.busy = False
             self._emit_node(node)
