@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.nbdebug-installed
 
-.PHONY: lab test setup lint bench clean
+.PHONY: lab test setup lint bench clean browser
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -21,10 +21,17 @@ setup: $(STAMP)
 lab: setup
 	$(VENV)/bin/jupyter lab notebooks/quickstart.ipynb
 
+# Debian's Chromium for the browser tests (playwright drives it; never `playwright install`).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+		echo "installing Debian chromium for the browser tests"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q chromium; }
+
 lint: setup
 	$(VENV)/bin/ruff check nbdebug tests bench
 
-test: setup lint
+test: setup browser lint
 	$(PY) -m pytest -q tests
 
 bench: setup

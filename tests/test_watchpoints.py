@@ -198,3 +198,23 @@ def test_hit_events_reach_subscribers():
     assert [h.node for h in got] == ["Torch.log.0.forward"]
     dbg.close()
     assert dbg.state is State.TERMINATED
+
+
+def test_watched_values_are_kept_over_the_memory_budget():
+    torch.manual_seed(0)
+    model = Poisoned(poison_step=99)
+    dbg = nbdebug.Debugger(model, level="L1", memory_budget=0)  # nothing fits
+    trainer(model, steps=1)()
+    with pytest.raises(nbdebug.NotRetainedError, match="memory budget"):
+        dbg.tensor("Torch.relu.0.forward", "output.0")
+    dbg.watch("TR", nodes="Torch.relu.0.forward", range_start_inclusive=0, range_end_inclusive=0,
+              range_percentage_gt=10)
+    dbg.watch("WNC", nodes="Parameter.fc1.weight")
+    trainer(model, steps=2)()
+    assert dbg.tensor("Torch.relu.0.forward", "output.0").shape == (4, 8)
+    wnc = [h for h in dbg.hits if h.condition == "WNC" and h.step == 2]
+    assert wnc == []  # previous value was kept: the check ran (and the weight did change)
+    assert not [h for h in dbg.hits if h.step == 2 and h.error in ("value_not_retained", "too_large_to_keep")]
+    with pytest.raises(nbdebug.NotRetainedError):
+        dbg.tensor("Functional.linear.1.forward", "output.0")  # not watched: still refused
+    dbg.close()

@@ -354,16 +354,17 @@ class TorchAdapter:
         node.dtypes[slot] = seen.dtype
         if self.tap is not None:
             self._tapped.setdefault(node.name, []).append((slot, t))
-        if self.retain and seen.why is None:
+        pinned = node.name in self.session.pinned
+        if (self.retain or pinned) and seen.why is None:
             store: TensorStore = self.session.store
             if seen.handle is None:
-                if store.fits(t.numel() * t.element_size()):
+                if pinned or store.fits(t.numel() * t.element_size()):
                     seen.handle = TorchRef(t, copy=copy or self.retain_copy)
-                    store.offer(key, seen.handle)
+                    store.offer(key, seen.handle, force=pinned)
                 else:
                     store.offer(key, _Size(t.numel() * t.element_size()))
             else:
-                store.offer(key, seen.handle)
+                store.offer(key, seen.handle, force=pinned)
         if as_input:
             if seen.producer is None and origin:
                 seen.producer = self._origin(t)

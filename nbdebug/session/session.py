@@ -93,6 +93,8 @@ class Session:
         #: the step whose values ``store.current`` holds; the store rotates lazily, when the next step
         #: records its first node, so that between steps "current" and "previous" both stay readable
         self.store_step = 0
+        #: nodes whose values watchpoints need: kept even over the memory budget
+        self.pinned: frozenset[str] = frozenset()
         self.recorder = StepRecorder()
         self.order = 0  # execution counter within the step in progress
         self.lock = threading.RLock()

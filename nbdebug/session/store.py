@@ -62,14 +62,16 @@ class TensorStore:
     def fits(self, nbytes: int) -> bool:
         return self.used + nbytes <= self.budget
 
-    def offer(self, key: tuple[str, str], handle: Handle, which: str = "current") -> bool:
-        """Keep ``handle`` under ``key`` if it fits; otherwise record why not. Returns whether kept."""
+    def offer(self, key: tuple[str, str], handle: Handle, which: str = "current", force: bool = False) -> bool:
+        """Keep ``handle`` under ``key`` if it fits; otherwise record why not. Returns whether kept.
+
+        ``force`` keeps it regardless of the budget (values a watchpoint needs are always kept)."""
         table = getattr(self, which)
         ids = self._ids[which]
         if id(handle) in ids:  # the same tensor under another name costs nothing more
             table[key] = handle
             return True
-        if not self.fits(handle.nbytes):
+        if not force and not self.fits(handle.nbytes):
             self._reasons[which][key] = (
                 f"not retained: {fmt_bytes(handle.nbytes)} would exceed the memory budget of "
                 f"{fmt_bytes(self.budget)} ({fmt_bytes(self.used)} retained)"

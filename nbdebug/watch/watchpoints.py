@@ -149,6 +149,7 @@ class WatchManager:
         checked = validate(cond, params)
         wp = Watchpoint(next(self._ids), cond, checked, _patterns(nodes), target)
         self.watchpoints[wp.id] = wp
+        self.pin_values()
         return wp
 
     def get(self, wp: int | Watchpoint) -> Watchpoint:
@@ -180,6 +181,7 @@ class WatchManager:
             w.enabled = bool(enabled)
         w.version += 1
         self._initial_done.discard(w.id)
+        self.pin_values()
         return w
 
     def delete(self, wp: int | Watchpoint) -> None:
@@ -205,8 +207,17 @@ class WatchManager:
         return [self.watch(c, target=t, **p) for c, p, t in self.recommend()]
 
     # -- evaluation -------------------------------------------------------------------------------
+    def pin_values(self) -> frozenset[str]:
+        """Tell the session which nodes' values the value-level watchpoints need (kept over budget)."""
+        wps = [w for w in self.watchpoints.values() if w.enabled and get_condition(w.condition).needs
+               in ("values", "previous")]
+        pinned = frozenset(n.name for n in self.session.graph for w in wps if w.selects(n)) if wps else frozenset()
+        self.session.pinned = pinned
+        return pinned
+
     def check(self, step: int) -> list[HitRecord]:
         """Evaluate every enabled watchpoint on ``step``; replaces that step's hits; returns them."""
+        self.pin_values()
         table = self.session.table(step)
         found = self._evaluate(step, table, None)
         self.hits = [h for h in self.hits if h.step != step] + found
