@@ -329,7 +329,7 @@ class TorchAdapter:
         return self._scope[-1] if self._scope else ""
 
     def _slot(self, node, slot: str, t: torch.Tensor, *, as_input: bool, copy: bool = False,
-              origin: bool = True) -> _Seen:
+              origin: bool = True, keep: bool = True) -> _Seen:
         """Record one tensor of ``node``: stats row (deduplicated), shape, retention, edge.
 
         ``origin``: an input nobody produced becomes a parameter/constant/input node (forward only).
@@ -355,7 +355,7 @@ class TorchAdapter:
         if self.tap is not None:
             self._tapped.setdefault(node.name, []).append((slot, t))
         pinned = node.name in self.session.pinned
-        if (self.retain or pinned) and seen.why is None:
+        if keep and (self.retain or pinned) and seen.why is None:
             store: TensorStore = self.session.store
             if seen.handle is None:
                 if pinned or store.fits(t.numel() * t.element_size()):
@@ -642,8 +642,8 @@ class TorchAdapter:
                     slot = f"parameters.{qual}"
                     self.busy = True
                     try:
-                        # updated values: a new version of the parameter, retained as a copy
-                        self._slot(node, slot, p, as_input=False, copy=True)
+                        # updated values: statistics only; the value is next step's Parameter node
+                        self._slot(node, slot, p, as_input=False, keep=False)
                     finally:
                         self.busy = False
                     pnode = f"Parameter.{qual}"

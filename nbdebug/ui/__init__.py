@@ -1,0 +1,96 @@
+"""Notebook panels (ipywidgets + plotly): the only part of nbdebug that imports them.
+
+``Panel(source)`` is the debugger panel over a live :class:`nbdebug.Debugger` or an offline session
+(the *source* protocol is documented in :mod:`nbdebug.ui.source`); ``dbg.panel()``, displaying ``dbg``
+and the ``%nbdebug`` magic (:mod:`nbdebug.ui.magics`) all build one.
+
+Modules, one concern each: ``source`` (what a panel reads), ``throttle`` (coalesced redraws),
+``layout`` (pure scope-collapsed graph layout), ``header``, ``graph_view``, ``node_list``, ``details``,
+``watch_panel``, ``hits``, ``controls``, ``tensor_math`` (pure numpy), ``tensor_view``, ``panel``,
+``magics``; ``compare_panel`` is the run-comparison panel of ``nbdebug.compare`` (its own classes).
+
+Stable CSS classes, for driving the panel from a browser (``widget.add_class``)::
+
+    nbdebug-panel            the whole panel (plus nbdebug-live or nbdebug-offline)
+    nbdebug-refresh          ↻ button: redraw everything
+    nbdebug-panel-error      an error inside a view (a <details> with the traceback)
+  header
+    nbdebug-header           the header line
+    nbdebug-framework nbdebug-device nbdebug-pid nbdebug-step nbdebug-hit-count
+                             one value each
+    nbdebug-state            the state word: idle running paused finished terminated failed offline
+    nbdebug-pause-reason     why training is paused (and at which node)
+  recommended watchpoints (first panel on a live session)
+    nbdebug-recommend        the offer bar; nbdebug-recommend-yes, nbdebug-recommend-no its buttons
+  graph
+    nbdebug-graph            the plotly FigureWidget (traces: scopes, scope headers, edges, one per node
+                             class op/module/parameter/gradient/optimizer/input/scope, hits, paused at,
+                             selected); click a scope square to expand, the ▾ scope header (triangle + name)
+                             to collapse
+  node list
+    nbdebug-nodes            the node list box
+    nbdebug-node-section     section / graph-file filter (Dropdown)
+    nbdebug-node-type        node type filter (Dropdown)
+    nbdebug-node-search      search text; nbdebug-node-regex the "regex" checkbox
+    nbdebug-node-message     "N nodes" / "N matches" / invalid regex
+    nbdebug-node-list        the rows (a Select: "▸ scope (n)" rows toggle, "• name" rows select)
+  node details
+    nbdebug-details          the box; nbdebug-details-title, nbdebug-details-table (slots, stats, values),
+    nbdebug-details-view     "View <slot>" buttons (open the tensor view)
+    nbdebug-details-link     producer/consumer buttons (in nbdebug-details-producers and
+                             nbdebug-details-consumers)
+    nbdebug-details-stack    the Python stack
+  watchpoints
+    nbdebug-watchpoints      the box
+    nbdebug-wp-add           "+": opens nbdebug-wp-form
+    nbdebug-wp-recheck       recheck the current step; nbdebug-wp-clear deletes all
+    nbdebug-wp-message       result of the last action
+    nbdebug-wp-list          the rows; each nbdebug-wp-row (and nbdebug-wp-<id>) holds
+                             nbdebug-wp-enabled (checkbox), nbdebug-wp-label, nbdebug-wp-node (checkbox:
+                             the selected node in/out), nbdebug-wp-delete (✕)
+    nbdebug-wp-condition     the condition Dropdown (grouped: Tensor/Weight/Gradient/Activation check)
+    nbdebug-wp-summary       what the condition checks
+    nbdebug-wp-params        the parameter fields: nbdebug-wp-param-<name> (Text; Checkbox for equal_nan),
+                             each also nbdebug-wp-param
+    nbdebug-wp-only-selected checkbox: watch only the selected node
+    nbdebug-wp-create        OK; nbdebug-wp-cancel closes the form
+    nbdebug-wp-error         a validation message: beside a field (also nbdebug-wp-error-<name>) or under
+                             the form (also nbdebug-wp-form-error); empty when there is none
+  hits
+    nbdebug-hits             the box; nbdebug-hit-list the rows
+    nbdebug-hit-row          one hit (also nbdebug-hit-hit, or nbdebug-hit-unchecked when it could not be
+                             checked): nbdebug-hit-select (selects the node), nbdebug-hit-view (tensor
+                             view), nbdebug-hit-detail (threshold vs actual)
+  training control (live sessions only)
+    nbdebug-controls         the box
+    nbdebug-step-count       number of steps; nbdebug-step-ok runs them
+    nbdebug-continue nbdebug-pause nbdebug-terminate nbdebug-run-to nbdebug-next-node
+    nbdebug-control-status   how to start (idle), pause reason, or the failure with its traceback
+  tensor view
+    nbdebug-tensor-view      the box (display:none until opened); nbdebug-tensor-close hides it
+    nbdebug-tensor-title     node, slot, step, dtype, shape
+    nbdebug-tensor-mode      ToggleButtons: Current step / Previous step / Comparison
+    nbdebug-tolerance        comparison tolerance slider (Comparison only)
+    nbdebug-slices           the per-axis boxes nbdebug-slice-<axis> (axis 0, 1, ...; also nbdebug-slice)
+    nbdebug-slice-error      why a selection is refused (e.g. more than 2 free dimensions)
+    nbdebug-tensor-error     values not retained for a step, and why
+    nbdebug-tensor-heatmap   plotly FigureWidget heatmap of the selection
+    nbdebug-tensor-table     the values of the selection
+    nbdebug-tensor-stats     statistics: current / previous / difference
+    nbdebug-tensor-hits      hits on this tensor and the optimization guide (nbdebug-advice)
+    nbdebug-tensor-hops      k for the relationship diagram; nbdebug-tensor-graph the diagram (FigureWidget)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["Panel"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Panel":
+        from .panel import Panel
+
+        return Panel
+    raise AttributeError(f"module 'nbdebug.ui' has no attribute {name!r}")

@@ -1,0 +1,150 @@
+"""Node details: the selected node's inputs and outputs (dtype, shape, statistics, a value preview), the
+nodes that produce and consume them, and the Python stack where the node was called.
+
+Producer/consumer buttons (``nbdebug-details-link``) select that node; the ``View <slot>`` buttons
+(``nbdebug-details-view``) open the tensor view on that slot.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable
+from typing import Any
+
+import ipywidgets as w
+import numpy as np
+
+from .source import SourceView
+from .tensor_math import fmt
+
+MAX_LINKS = 12
+PREVIEW = 6
+_SHOWN = ("max", "min", "mean", "count", "nan_count", "neg_inf_count", "pos_inf_count", "zero_count")
+_HEAD = ("max", "min", "mean", "count", "NaN", "−Inf", "+Inf", "zero")
+
+
+def slot_order(slot: str) -> tuple[int, str]:
+    head = slot.split(".", 1)[0]
+    rank = {"input": 0, "parameters": 1, "output": 2}.get(head, 3)
+    return rank, slot
+
+
+def preview(values: np.ndarray, n: int = PREVIEW) -> str:
+    """The first ``n`` values of a tensor, flattened: ``[0.1, -2, 3, …] (24 values)``."""
+    flat = np.asarray(values).reshape(-1)
+    head = ", ".join(fmt(v.item() if hasattr(v, "item") else v) for v in flat[:n])
+    more = ", …" if flat.size > n else ""
+    return f"[{head}{more}] ({flat.size} value{'s' if flat.size != 1 else ''})"
+
+
+class NodeDetails:
+    """Details of one node; ``on_select(name)`` follows a producer/consumer link, ``on_view(name, slot)``
+    opens the tensor view."""
+
+    def __init__(self, source: SourceView, on_select: Callable[[str], Any] = lambda name: None,
+                 on_view: Callable[[str, str], Any] = lambda name, slot: None) -> None:
+        self.source = source
+        self.on_select = on_select
+        self.on_view = on_view
+        self.name: str | None = None
+        self.title = w.HTML("<i>Select a node in the graph or the node list.</i>")
+        self.title.add_class("nbdebug-details-title")
+        self.table = w.HTML("")
+        self.table.add_class("nbdebug-details-table")
+        self.views = w.HBox([], layout=w.Layout(flex_flow="row wrap"))
+        self.producers = w.HBox([], layout=w.Layout(flex_flow="row wrap"))
+        self.producers.add_class("nbdebug-details-producers")
+        self.consumers = w.HBox([], layout=w.Layout(flex_flow="row wrap"))
+        self.consumers.add_class("nbdebug-details-consumers")
+        self.stack = w.HTML("")
+        self.stack.add_class("nbdebug-details-stack")
+        self.widget = w.VBox([self.title, self.table, self.views, self.producers, self.consumers, self.stack])
+        self.widget.add_class("nbdebug-details")
+        self._sig: Any = None
+
+    def show(self, name: str | None) -> None:
+        self.name = name
+        self.refresh(force=True)
+
+    def refresh(self, force: bool = False) -> None:
+        name = self.name
+        if name is None:
+            return
+        node = self.source.graph.nodes.get(name)
+        if node is None:
+            self.title.value = f"<b>{html.escape(name)}</b> — not in the graph"
+            return
+        sig = (name, self.source.step, self.source.session.step_index, len(self.source.graph))
+        if sig == self._sig and not force:
+            return
+        self._sig = sig
+        g = self.source.graph
+        self.title.value = (
+            f"<b>{html.escape(node.name)}</b><br><small>{html.escape(node.kind)} · {html.escape(node.op_type)}"
+            f" · section {html.escape(node.section)} · scope {html.escape(node.scope or '/')}"
+            f" · order {node.order}</small>")
+        producers = {}
+        for p in g.predecessors(name):
+            for src_slot, dst_slot in g.edges.get((p, name), ()):
+                producers.setdefault(dst_slot, []).append(f"{p} {src_slot}")
+        consumers = {}
+        for c in g.successors(name):
+            for src_slot, dst_slot in g.edges.get((name, c), ()):
+                consumers.setdefault(src_slot, []).append(f"{c} {dst_slot}")
+        rows = []
+        for slot in sorted(node.shapes, key=slot_order):
+            dtype = node.dtypes.get(slot, "")
+            shape = node.shapes.get(slot)
+            try:
+                st = self.source.stats(name, slot, "current")
+                cells = [fmt(st.get(k)) for k in _SHOWN]
+                dtype = st.get("dtype", dtype)
+                shape = st.get("shape", shape)
+            except (KeyError, LookupError, ValueError) as e:
+                cells = [f"<i>{html.escape(str(e)[:80])}</i>"] + [""] * (len(_SHOWN) - 1)
+            try:
+                value = html.escape(preview(self.source.tensor(name, slot, "current")))
+            except Exception as e:  # noqa: BLE001 - the reason it is not available is what we show
+                value = f"<i>{html.escape(str(e)[:120])}</i>"
+            link = producers.get(slot) or consumers.get(slot) or []
+            rel = ("from " if slot in producers else "to ") + ", ".join(link[:3]) if link else ""
+            rel += f" (+{len(link) - 3})" if len(link) > 3 else ""
+            rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in [
+                f"<b>{html.escape(slot)}</b>", html.escape(str(dtype)), html.escape(str(tuple(shape or ()))),
+                *cells, value, html.escape(rel)]) + "</tr>")
+        head = "".join(f"<th>{h}</th>" for h in ("slot", "dtype", "shape", *_HEAD, "value", "data flow"))
+        self.table.value = (
+            "<table class='nbdebug-table' style='font-size:11px;border-collapse:collapse'>"
+            f"<tr>{head}</tr>{''.join(rows)}</table>" if rows else "<i>no tensors recorded for this node</i>")
+        self.views.children = [self._view_button(name, s) for s in sorted(node.shapes, key=slot_order)]
+        self.producers.children = self._links("Producers:", sorted(g.predecessors(name), key=_order_of(g)))
+        self.consumers.children = self._links("Consumers:", sorted(g.successors(name), key=_order_of(g)))
+        stack = "\n".join(node.stack) if node.stack else "(no Python stack recorded)"
+        self.stack.value = (f"<details open><summary>Python stack</summary><pre style='font-size:11px'>"
+                            f"{html.escape(stack)}</pre></details>")
+
+    def _view_button(self, name: str, slot: str) -> w.Button:
+        b = w.Button(description=f"View {slot}", layout=w.Layout(width="auto"))
+        b.add_class("nbdebug-details-view")
+        b.on_click(lambda _b: self.on_view(name, slot))
+        return b
+
+    def _links(self, label: str, names: list[str]) -> list[Any]:
+        out: list[Any] = [w.HTML(f"<b>{label}</b>&nbsp;")]
+        if not names:
+            out.append(w.HTML("<i>none</i>"))
+        for n in names[:MAX_LINKS]:
+            b = w.Button(description=n, tooltip=n, layout=w.Layout(width="auto"))
+            b.add_class("nbdebug-details-link")
+            b.on_click(lambda _b, n=n: self.on_select(n))
+            out.append(b)
+        if len(names) > MAX_LINKS:
+            out.append(w.HTML(f"&nbsp;+{len(names) - MAX_LINKS} more"))
+        return out
+
+
+def _order_of(g: Any) -> Callable[[str], tuple[int, str]]:
+    def key(n: str) -> tuple[int, str]:
+        node = g.nodes.get(n)
+        return (node.order if node is not None and node.order >= 0 else 1 << 60, n)
+    return key

@@ -1,0 +1,253 @@
+"""The notebook panel: header, graph, node list, node details, watchpoints, hits, training control and the
+tensor view, wired together over one *source* (a live Debugger or an offline session, see
+:mod:`nbdebug.ui.source`).
+
+The views never talk to each other: they report what the user did (a node chosen, a tensor to view, a
+watchpoint changed) to the panel, and the panel updates the others. Events from the training thread
+(``state``, ``step``, ``hit``, ``node``, ``error``) only mark parts of the panel dirty; a
+:class:`~nbdebug.ui.throttle.Coalescer` redraws them on the kernel's event loop at most ``rate`` times a
+second. Outside a kernel (tests, scripts) call :meth:`Panel.flush` to redraw.
+
+>>> from nbdebug.session.session import Session
+>>> p = Panel(Session(framework="pytorch", live=False))     # an (empty) offline session
+>>> p.controls is None, p.header.state.value.endswith("offline</span>")
+(True, True)
+"""
+
+from __future__ import annotations
+
+import html
+import traceback
+import weakref
+from typing import Any
+
+import ipywidgets as w
+
+from .controls import Controls
+from .details import NodeDetails
+from .graph_view import GraphView
+from .header import Header
+from .hits import HitList
+from .node_list import NodeList
+from .source import EVENTS, SourceView
+from .tensor_view import TensorView
+from .throttle import _AUTO, Coalescer
+from .watch_panel import WatchPanel
+
+#: which parts of the panel each event makes stale
+PARTS: dict[str, tuple[str, ...]] = {
+    "state": ("header", "controls", "graph", "details"),
+    "step": ("header", "graph", "nodes", "details", "hits", "watch"),
+    "hit": ("header", "hits", "graph"),
+    "node": ("header", "graph", "nodes"),
+    "error": ("header", "controls"),
+}
+ALL_PARTS = ("header", "controls", "graph", "nodes", "details", "hits", "watch", "tensor")
+POLL_SECONDS = 1.0
+
+_ASKED: weakref.WeakSet[Any] = weakref.WeakSet()  # sources that were offered the recommended watchpoints
+_ASKED_IDS: set[int] = set()
+
+
+def _first_offer(obj: Any) -> bool:
+    try:
+        if obj in _ASKED:
+            return False
+        _ASKED.add(obj)
+        return True
+    except TypeError:  # not weak-referenceable
+        if id(obj) in _ASKED_IDS:
+            return False
+        _ASKED_IDS.add(id(obj))
+        return True
+
+
+class Panel(w.VBox):
+    """The debugger panel over ``source`` (a Debugger, an offline session, or a bare Session).
+
+    ``rate``: most redraws per second while training runs. ``recommend``: offer the recommended
+    watchpoints (default: the first time a panel opens on a live session).
+    """
+
+    def __init__(self, source: Any, *, rate: float = 10.0, recommend: bool | None = None,
+                 loop: Any = _AUTO) -> None:
+        self.source = SourceView(source)
+        src = self.source
+        self.selected: str | None = None
+        self.errors: list[str] = []
+        self.header = Header(src)
+        self.graph_view = GraphView(src, on_select=lambda name: self.select(name, reveal=False))
+        self.node_list = NodeList(src, on_select=self.select)
+        self.details = NodeDetails(src, on_select=self.select, on_view=self.view)
+        self.watch = WatchPanel(src, selected=lambda: self.selected, on_change=self._watch_changed)
+        self.hit_list = HitList(src, on_select=self.select, on_view=self.view_hit)
+        self.controls = Controls(src, selected=lambda: self.selected, on_action=self._acted) if src.live else None
+        self.tensor_view = TensorView(src, on_select=self.select)
+        self.error = w.HTML("")
+        self.error.add_class("nbdebug-panel-error")
+        self.refresh_button = w.Button(description="↻", tooltip="refresh the panel", layout=w.Layout(width="36px"))
+        self.refresh_button.add_class("nbdebug-refresh")
+        self.refresh_button.on_click(lambda _b: self.refresh())
+        self.recommend_bar = self._recommend_bar(src.live if recommend is None else recommend)
+
+        left = w.VBox([self.node_list.widget, self.watch.widget, self.hit_list.widget]
+                      + ([self.controls.widget] if self.controls else []),
+                      layout=w.Layout(width="36%", min_width="300px"))
+        right = w.VBox([self.graph_view.widget, self.details.widget], layout=w.Layout(width="64%"))
+        super().__init__([
+            w.HBox([self.header.widget, self.refresh_button], layout=w.Layout(justify_content="space-between")),
+            self.recommend_bar, w.HBox([left, right]), self.tensor_view.widget, self.error,
+        ])
+        self.add_class("nbdebug-panel")
+        self.add_class("nbdebug-live" if src.live else "nbdebug-offline")
+
+        self.coalescer = Coalescer(self._redraw, rate=rate, loop=loop)
+        ref = weakref.ref(self)
+        self._subs = []
+        for ev in EVENTS:
+            def mark(_payload: Any, ev: str = ev) -> None:
+                panel = ref()
+                if panel is not None:
+                    panel.coalescer.mark(*PARTS[ev])
+            self._subs.append(src.on(ev, mark))
+        self._sig = self._signature()
+        self._closed = False
+        if self.coalescer.automatic:
+            self.coalescer.loop.call_later(POLL_SECONDS, _poll, ref)
+
+    # -- redraw -----------------------------------------------------------------------------------
+    def _redraw(self, parts: set[str]) -> None:
+        views = {"header": self.header, "controls": self.controls, "graph": self.graph_view,
+                 "nodes": self.node_list, "details": self.details, "hits": self.hit_list, "watch": self.watch}
+        for part in ALL_PARTS:
+            if part not in parts:
+                continue
+            view = views.get(part)
+            try:
+                if view is not None:
+                    view.refresh()
+            except Exception:  # noqa: BLE001 - one broken view must not take the others down
+                msg = traceback.format_exc()
+                self.errors.append(msg)
+                self.error.value = (f"<details><summary style='color:#cf222e'>panel error in {part}</summary>"
+                                    f"<pre>{html.escape(msg)}</pre></details>")
+        self._sig = self._signature()
+
+    def flush(self) -> None:
+        """Redraw whatever changed since the last redraw, now."""
+        self.coalescer.flush()
+
+    def refresh(self) -> None:
+        """Redraw every part."""
+        self.coalescer.mark(*ALL_PARTS)
+        self.coalescer.flush()
+
+    def _signature(self) -> tuple:
+        src = self.source
+        wm = src.watchpoints
+        return (src.state, src.session.step_index, len(src.graph), len(wm.hits),
+                tuple((p.id, p.version, p.enabled) for p in wm.watchpoints.values()))
+
+    def poll(self) -> None:
+        """Mark everything stale when something changed without an event (e.g. ``dbg.watch`` in a cell)."""
+        sig = self._signature()
+        if sig != self._sig:
+            self._sig = sig
+            self.coalescer.mark(*ALL_PARTS)
+
+    # -- selection and navigation -----------------------------------------------------------------
+    def select(self, name: str, reveal: bool = True) -> None:
+        """Select node ``name`` everywhere: graph (opening its scopes), node list, details, watchpoints."""
+        if name not in self.source.graph.nodes:
+            raise KeyError(f"no node named {name!r} in the graph")
+        self.selected = name
+        if reveal:
+            self.graph_view.reveal(name)
+        else:
+            self.graph_view.select(name)
+        self.node_list.show(name)
+        self.details.show(name)
+        self.watch.refresh()
+        if self.controls is not None:
+            self.controls.refresh()
+
+    def view(self, node: str, slot: str, step: int | str = "current", hit: Any = None) -> None:
+        """Open the tensor view on ``node``'s ``slot``."""
+        self.tensor_view.open(node, slot, step, hit)
+        if self.selected != node:
+            self.select(node)
+
+    def view_hit(self, hit: Any) -> None:
+        self.view(hit.node, hit.slot, hit.step, hit)
+
+    # -- reactions --------------------------------------------------------------------------------
+    def _acted(self) -> None:
+        self.coalescer.mark("header", "controls", "graph", "hits", "details")
+        self.flush()
+
+    def _watch_changed(self) -> None:
+        self.coalescer.mark("header", "hits", "graph", "watch")
+        self.flush()
+
+    def _recommend_bar(self, offer: bool) -> w.HBox:
+        bar = w.HBox([], layout=w.Layout(display="none", border="1px solid #d4a72c", padding="4px"))
+        bar.add_class("nbdebug-recommend")
+        if not offer or not _first_offer(self.source.obj):
+            return bar
+        try:
+            rules = self.source.recommend()
+        except Exception:  # noqa: BLE001 - no offer when it cannot be computed
+            return bar
+        text = ", ".join(f"{c} on {t}" for c, _p, t in rules)
+        yes = w.Button(description="yes", button_style="primary", layout=w.Layout(width="auto"))
+        yes.add_class("nbdebug-recommend-yes")
+        no = w.Button(description="no", layout=w.Layout(width="auto"))
+        no.add_class("nbdebug-recommend-no")
+        yes.on_click(lambda _b: self.apply_recommended(True))
+        no.on_click(lambda _b: self.apply_recommended(False))
+        bar.children = [w.HTML(f"Use the recommended watchpoints? <small>({html.escape(text)})</small>&nbsp;"),
+                        yes, no]
+        bar.layout.display = "flex"
+        return bar
+
+    def apply_recommended(self, accept: bool) -> list[Any]:
+        """Answer the recommended-watchpoints offer."""
+        self.recommend_bar.layout.display = "none"
+        if not accept:
+            return []
+        made = self.source.watch_recommended()
+        self.watch.message.value = f"{len(made)} recommended watchpoints created"
+        self._watch_changed()
+        return made
+
+    # -- lifetime ---------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Unsubscribe from the source and close every widget of the panel."""
+        if not getattr(self, "_closed", True):
+            self._closed = True
+            for off in self._subs:
+                off()
+            self._subs = []
+            for child in _descendants(self):
+                child.close()
+        super().close()
+
+
+def _descendants(widget: Any) -> list[Any]:
+    out = []
+    stack = list(getattr(widget, "children", ()))
+    while stack:
+        wd = stack.pop()
+        out.append(wd)
+        stack.extend(getattr(wd, "children", ()))
+    return out
+
+
+def _poll(ref: weakref.ref) -> None:
+    panel = ref()
+    if panel is None or panel._closed:
+        return
+    panel.poll()
+    loop = panel.coalescer.loop
+    if loop is not None and not loop.is_closed():
+        loop.call_later(POLL_SECONDS, _poll, ref)

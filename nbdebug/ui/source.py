@@ -1,0 +1,257 @@
+"""What a panel reads and drives: the small *source* protocol, and adapters for it.
+
+A panel works on any object with these members (a live :class:`nbdebug.Debugger` has all of them; an
+offline session loaded from a dump has the first group only)::
+
+    # every source
+    session       # .framework .framework_version .device .pid .live .step_index .steps
+    graph         # nbdebug.session.graph.Graph
+    watchpoints   # WatchManager: .watchpoints {id: Watchpoint}, .selected_nodes(wp), .watch/.update/.delete/.clear
+    hits          # list of HitRecord, in execution order
+    recheck()     # re-evaluate the watchpoints on the current step
+    stats(node, slot, step="current") -> mapping;  tensor(node, slot, step="current") -> np.ndarray
+
+    # optional (used when present)
+    watch(cond, nodes=None, **params); update_watch(wp, **changes); unwatch(wp=None)
+    recommend(); watch_recommended()
+
+    # live sources (``session.live`` is True) add training control and events
+    state; current_node; pause_reason; error
+    cont(steps=None); pause(); terminate(); run_to(node); next_node()
+    on(event, callback) -> unsubscribe      # events: state, step, hit, node, error
+
+:class:`SourceView` turns any such object into one uniform interface (falling back to the
+WatchManager where the optional methods are missing), and :class:`SessionSource` makes a bare
+:class:`~nbdebug.session.session.Session` (e.g. one built by an offline loader) a source.
+
+>>> from nbdebug.session.session import Session
+>>> s = Session(framework="pytorch", framework_version="2", live=False)
+>>> view = SourceView(s)          # a bare Session is wrapped in a SessionSource
+>>> view.live, view.state, view.hits
+(False, 'offline', [])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from ..watch.watchpoints import HitRecord, WatchManager, Watchpoint
+
+#: Events a live source emits (``source.on(event, callback)``).
+EVENTS = ("state", "step", "hit", "node", "error")
+
+
+@runtime_checkable
+class Source(Protocol):
+    """The members every panel source has (see the module docstring for the optional ones)."""
+
+    session: Any
+    graph: Any
+    watchpoints: WatchManager
+
+    @property
+    def hits(self) -> list[HitRecord]: ...
+
+    def recheck(self) -> list[HitRecord]: ...
+
+    def stats(self, node: str, slot: str, step: int | str = "current") -> Mapping[str, Any]: ...
+
+    def tensor(self, node: str, slot: str, step: int | str = "current") -> np.ndarray: ...
+
+
+def last_step(session: Any) -> int:
+    """The step whose statistics are "current": the step in progress if it captured anything, else the
+    last finished one (-1 when there is none)."""
+    rec = getattr(session, "recorder", None)
+    idx = int(getattr(session, "step_index", 0))
+    if rec is not None and len(rec):
+        return idx
+    steps = getattr(session, "steps", None) or {}
+    if steps:
+        return max(steps)
+    return idx - 1
+
+
+class SessionSource:
+    """A source over a bare session (offline): its own WatchManager, no training control.
+
+    >>> from nbdebug.session.session import Session
+    >>> src = SessionSource(Session(framework="mindspore", live=False))
+    >>> src.watch("TO").condition
+    'TO'
+    """
+
+    def __init__(self, session: Any, watchpoints: WatchManager | None = None) -> None:
+        self.session = session
+        self.watchpoints = watchpoints if watchpoints is not None else WatchManager(session)
+
+    @property
+    def graph(self) -> Any:
+        return self.session.graph
+
+    @property
+    def hits(self) -> list[HitRecord]:
+        return sorted(self.watchpoints.hits, key=lambda h: (h.step, h.order, h.node, h.slot, h.watchpoint))
+
+    def recheck(self) -> list[HitRecord]:
+        step = last_step(self.session)
+        return self.watchpoints.check(step) if step >= 0 else []
+
+    def stats(self, node: str, slot: str, step: int | str = "current") -> Mapping[str, Any]:
+        return self.session.stats(node, slot, step)
+
+    def tensor(self, node: str, slot: str, step: int | str = "current") -> np.ndarray:
+        return self.session.tensor(node, slot, step)
+
+    def watch(self, condition: str, nodes: Any = None, **params: Any) -> Watchpoint:
+        return self.watchpoints.watch(condition, nodes, **params)
+
+    def update_watch(self, wp: int | Watchpoint, **changes: Any) -> Watchpoint:
+        return self.watchpoints.update(wp, **changes)
+
+    def unwatch(self, wp: int | Watchpoint | None = None) -> None:
+        if wp is None:
+            self.watchpoints.clear()
+        else:
+            self.watchpoints.delete(wp)
+
+    def recommend(self) -> list[tuple[str, dict[str, Any], Any]]:
+        return self.watchpoints.recommend()
+
+    def watch_recommended(self) -> list[Watchpoint]:
+        return self.watchpoints.watch_recommended()
+
+
+def as_source(obj: Any) -> Any:
+    """``obj`` if it is a source; a :class:`SessionSource` if it is a bare session; else ``TypeError``."""
+    if all(hasattr(obj, a) for a in ("session", "graph", "watchpoints", "hits", "recheck", "stats", "tensor")):
+        return obj
+    if hasattr(obj, "graph") and hasattr(obj, "steps") and hasattr(obj, "stats"):
+        return SessionSource(obj)
+    raise TypeError(
+        f"a panel needs a Debugger, an offline session (with .session, .graph, .watchpoints, .hits, .recheck(), "
+        f".stats(), .tensor()) or a Session; got {type(obj).__name__}")
+
+
+class SourceView:
+    """One interface over a live debugger or an offline session, as the views use it."""
+
+    def __init__(self, obj: Any) -> None:
+        self.obj = as_source(obj)
+
+    # -- what it is -------------------------------------------------------------------------------
+    @property
+    def session(self) -> Any:
+        return self.obj.session
+
+    @property
+    def graph(self) -> Any:
+        return self.obj.graph
+
+    @property
+    def live(self) -> bool:
+        """True for a live debugger (training control shown); False for offline sessions."""
+        return bool(getattr(self.obj.session, "live", False)) and hasattr(self.obj, "cont")
+
+    @property
+    def state(self) -> str:
+        """The training state as a string (``"offline"`` for an offline session)."""
+        if not self.live:
+            return "offline"
+        return str(getattr(self.obj, "state", "idle"))
+
+    @property
+    def current_node(self) -> str | None:
+        return getattr(self.obj, "current_node", None) if self.live else None
+
+    @property
+    def pause_reason(self) -> str:
+        return str(getattr(self.obj, "pause_reason", "") or "") if self.live else ""
+
+    @property
+    def error(self) -> str | None:
+        return getattr(self.obj, "error", None) if self.live else None
+
+    @property
+    def step(self) -> int:
+        """The step shown as "current": the step in progress (live) or the last one recorded (offline)."""
+        s = self.obj.session
+        if self.live:
+            return int(s.step_index)
+        chosen = getattr(self.obj, "step_index", None)  # an offline session's "current" step
+        if isinstance(chosen, (int, np.integer)) and chosen >= 0:
+            return int(chosen)
+        return max(last_step(s), 0)
+
+    def current_step_with_data(self) -> int:
+        return last_step(self.obj.session)
+
+    # -- reading ----------------------------------------------------------------------------------
+    @property
+    def hits(self) -> list[HitRecord]:
+        """Hits in execution order: by step, then order within the step."""
+        return sorted(self.obj.hits, key=lambda h: (h.step, h.order, h.node, h.slot, h.watchpoint))
+
+    @property
+    def watchpoints(self) -> WatchManager:
+        return self.obj.watchpoints
+
+    def stats(self, node: str, slot: str, step: int | str = "current") -> Mapping[str, Any]:
+        return self.obj.stats(node, slot, step)
+
+    def tensor(self, node: str, slot: str, step: int | str = "current") -> np.ndarray:
+        return self.obj.tensor(node, slot, step)
+
+    # -- watchpoints ------------------------------------------------------------------------------
+    def watch(self, condition: str, nodes: Any = None, **params: Any) -> Watchpoint:
+        fn = getattr(self.obj, "watch", None)
+        if fn is not None:
+            return fn(condition, nodes, **params)
+        return self.obj.watchpoints.watch(condition, nodes, **params)
+
+    def update_watch(self, wp: int | Watchpoint, **changes: Any) -> Watchpoint:
+        fn = getattr(self.obj, "update_watch", None)
+        if fn is not None:
+            return fn(wp, **changes)
+        return self.obj.watchpoints.update(wp, **changes)
+
+    def unwatch(self, wp: int | Watchpoint | None = None) -> None:
+        fn = getattr(self.obj, "unwatch", None)
+        if fn is not None:
+            fn(wp)
+        elif wp is None:
+            self.obj.watchpoints.clear()
+        else:
+            self.obj.watchpoints.delete(wp)
+
+    def recheck(self) -> list[HitRecord]:
+        return self.obj.recheck()
+
+    def recommend(self) -> list[tuple[str, dict[str, Any], Any]]:
+        fn = getattr(self.obj, "recommend", None)
+        return fn() if fn is not None else self.obj.watchpoints.recommend()
+
+    def watch_recommended(self) -> list[Watchpoint]:
+        fn = getattr(self.obj, "watch_recommended", None)
+        return fn() if fn is not None else self.obj.watchpoints.watch_recommended()
+
+    # -- control (live only) ----------------------------------------------------------------------
+    def command(self, name: str, *args: Any, **kwargs: Any) -> None:
+        """Call a control command (``cont``, ``pause``, ``terminate``, ``run_to``, ``next_node``)."""
+        if not self.live:
+            raise RuntimeError(f"{name}: an offline session has no training to control")
+        getattr(self.obj, name)(*args, **kwargs)
+
+    def on(self, event: str, callback: Callable[[Any], Any]) -> Callable[[], None]:
+        """Subscribe to the source's events (an offline session may emit ``hit`` and ``step`` too); a no-op
+        for sources without events or without this one."""
+        fn = getattr(self.obj, "on", None)
+        if fn is None:
+            return lambda: None
+        try:
+            return fn(event, callback)
+        except ValueError:  # an event this source does not know
+            return lambda: None

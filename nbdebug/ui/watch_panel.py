@@ -1,0 +1,257 @@
+"""Watchpoints: the list (enable/disable, the selected node in or out, delete), clear all, recheck, and the
+"+" form that creates one.
+
+The form offers the 17 conditions grouped by category (tensor, weight, gradient, activation); choosing
+one shows its parameter fields with their defaults. Create validates through the debugger: an invalid
+value shows the ``ValueError`` text next to the field it names (or under the form) and creates nothing.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Callable
+from typing import Any
+
+import ipywidgets as w
+
+from ..watch.conditions import CATEGORIES, CONDITIONS
+from .source import SourceView
+
+_CATEGORY_LABEL = {"tensor": "Tensor check", "weight": "Weight check", "gradient": "Gradient check",
+                   "activation": "Activation check"}
+_PARAM_RE = re.compile(r"parameter '([A-Za-z_0-9]+)'")
+
+
+def condition_options() -> list[tuple[str, str]]:
+    """Dropdown options: conditions grouped by category, e.g. ``("Tensor check · TO — tensor overflow", "TO")``."""
+    out = []
+    for cat in CATEGORIES:
+        for c in CONDITIONS.values():
+            if c.category == cat:
+                out.append((f"{_CATEGORY_LABEL[cat]} · {c.abbr} — {c.name}", c.abbr))
+    return out
+
+
+class _Field:
+    def __init__(self, spec: Any) -> None:
+        self.spec = spec
+        if spec.rule == "bool":
+            self.input: Any = w.Checkbox(value=bool(spec.default), description=spec.name, indent=False)
+        else:
+            default = "" if spec.default is None else repr(float(spec.default))
+            self.input = w.Text(value=default, description=spec.name, placeholder=spec.range_text,
+                                style={"description_width": "170px"}, layout=w.Layout(width="330px"))
+        self.input.add_class(f"nbdebug-wp-param-{spec.name}")
+        self.input.add_class("nbdebug-wp-param")
+        self.error = w.HTML("")
+        self.error.add_class("nbdebug-wp-error")
+        self.error.add_class(f"nbdebug-wp-error-{spec.name}")
+        self.widget = w.HBox([self.input, self.error])
+
+    def value(self, abbr: str) -> Any:
+        if self.spec.rule == "bool":
+            return bool(self.input.value)
+        text = self.input.value.strip()
+        if not text:
+            return None
+        try:
+            return float(text)
+        except ValueError:
+            raise ValueError(f"{abbr}: parameter {self.spec.name!r} must be a number ({self.spec.range_text}), "
+                             f"got {text!r}") from None
+
+
+class WatchPanel:
+    """Watchpoint list and creation form; ``selected()`` gives the panel's selected node (or None)."""
+
+    def __init__(self, source: SourceView, selected: Callable[[], str | None] = lambda: None,
+                 on_change: Callable[[], Any] = lambda: None) -> None:
+        self.source = source
+        self.selected = selected
+        self.on_change = on_change
+        self._sig: Any = None
+        self._counts: dict[tuple[int, int, Any], int] = {}
+        self.add = _button("+", "nbdebug-wp-add", "new watchpoint")
+        self.recheck = _button("recheck", "nbdebug-wp-recheck", "check the current step again")
+        self.clear = _button("clear all", "nbdebug-wp-clear", "delete every watchpoint")
+        self.add.on_click(lambda _b: self.open_form())
+        self.recheck.on_click(lambda _b: self.do_recheck())
+        self.clear.on_click(lambda _b: self.clear_all())
+        self.message = w.HTML("")
+        self.message.add_class("nbdebug-wp-message")
+        self.list = w.VBox([])
+        self.list.add_class("nbdebug-wp-list")
+        # the form
+        self.condition = w.Dropdown(options=condition_options(), value="TO", description="Condition",
+                                    layout=w.Layout(width="330px"))
+        self.condition.add_class("nbdebug-wp-condition")
+        self.condition.observe(lambda ch: self._build_fields(), names="value")
+        self.summary = w.HTML("")
+        self.summary.add_class("nbdebug-wp-summary")
+        self.params = w.VBox([])
+        self.params.add_class("nbdebug-wp-params")
+        self.only_selected = w.Checkbox(value=False, description="only the selected node", indent=False)
+        self.only_selected.add_class("nbdebug-wp-only-selected")
+        self.create = _button("OK", "nbdebug-wp-create", "create the watchpoint")
+        self.cancel = _button("cancel", "nbdebug-wp-cancel", "")
+        self.create.button_style = "primary"
+        self.create.on_click(lambda _b: self.submit())
+        self.cancel.on_click(lambda _b: self.close_form())
+        self.form_error = w.HTML("")
+        self.form_error.add_class("nbdebug-wp-error")
+        self.form_error.add_class("nbdebug-wp-form-error")
+        self.form = w.VBox([self.condition, self.summary, self.params, self.only_selected,
+                            w.HBox([self.create, self.cancel]), self.form_error],
+                           layout=w.Layout(display="none", border="1px solid #ccc", padding="4px"))
+        self.form.add_class("nbdebug-wp-form")
+        self.fields: dict[str, _Field] = {}
+        self._build_fields()
+        self.widget = w.VBox([w.HBox([w.HTML("<b>Watchpoints</b>"), self.add, self.recheck, self.clear]),
+                              self.form, self.list, self.message])
+        self.widget.add_class("nbdebug-watchpoints")
+        self.refresh()
+
+    # -- form -------------------------------------------------------------------------------------
+    def open_form(self) -> None:
+        self._build_fields()
+        self.form.layout.display = "flex"
+
+    def close_form(self) -> None:
+        self.form.layout.display = "none"
+
+    @property
+    def form_open(self) -> bool:
+        return self.form.layout.display != "none"
+
+    def _build_fields(self) -> None:
+        cond = CONDITIONS[self.condition.value]
+        self.fields = {p.name: _Field(p) for p in cond.params}
+        self.params.children = [f.widget for f in self.fields.values()] or [w.HTML("<i>no parameters</i>")]
+        self.summary.value = f"<small>{html.escape(cond.summary)}</small>"
+        self.form_error.value = ""
+
+    def field(self, name: str) -> Any:
+        """The input widget of parameter ``name`` in the form."""
+        return self.fields[name].input
+
+    def errors(self) -> dict[str, str]:
+        """Validation messages shown now: parameter name (or ``"form"``) -> text."""
+        out = {n: _plain(f.error.value) for n, f in self.fields.items() if f.error.value}
+        if self.form_error.value:
+            out["form"] = _plain(self.form_error.value)
+        return out
+
+    def submit(self) -> Any:
+        """Create the watchpoint from the form; returns it, or None when the input is invalid."""
+        abbr = self.condition.value
+        for f in self.fields.values():
+            f.error.value = ""
+        self.form_error.value = ""
+        try:
+            params = {n: f.value(abbr) for n, f in self.fields.items()}
+            params = {k: v for k, v in params.items() if v is not None}
+            nodes = None
+            if self.only_selected.value:
+                nodes = self.selected()
+                if nodes is None:
+                    raise ValueError(f"{abbr}: 'only the selected node' is ticked but no node is selected")
+            wp = self.source.watch(abbr, nodes, **params)
+        except (ValueError, TypeError) as e:
+            self._show_error(str(e))
+            return None
+        self.close_form()
+        self.message.value = f"created {html.escape(wp.describe())}"
+        self.refresh(force=True)
+        self.on_change()
+        return wp
+
+    def _show_error(self, text: str) -> None:
+        m = _PARAM_RE.search(text)
+        target = self.fields.get(m.group(1)) if m else None
+        span = f"<span style='color:#cf222e'>{html.escape(text)}</span>"
+        if target is not None:
+            target.error.value = span
+        else:
+            self.form_error.value = span
+
+    # -- list -------------------------------------------------------------------------------------
+    def do_recheck(self) -> list[Any]:
+        try:
+            found = self.source.recheck()
+        except Exception as e:  # noqa: BLE001 - shown to the user
+            self.message.value = f"<span style='color:#cf222e'>recheck failed: {html.escape(str(e))}</span>"
+            return []
+        n = sum(1 for h in found if h.hits)
+        self.message.value = f"recheck: {n} hit{'s' if n != 1 else ''} in the current step"
+        self.on_change()
+        return found
+
+    def clear_all(self) -> None:
+        self.source.unwatch(None)
+        self.message.value = "all watchpoints deleted"
+        self.refresh(force=True)
+        self.on_change()
+
+    def refresh(self, force: bool = False) -> None:
+        wps = list(self.source.watchpoints.watchpoints.values())
+        sel = self.selected()
+        gv = self.source.graph.version
+        sig = (tuple((p.id, p.version, p.enabled) for p in wps), sel, gv)
+        if sig == self._sig and not force:
+            return
+        self._sig = sig
+        node = self.source.graph.nodes.get(sel) if sel else None
+        self.list.children = [self._row(p, node) for p in wps] or [w.HTML("<i>no watchpoints</i>")]
+
+    def _count(self, wp: Any) -> int:
+        key = (wp.id, wp.version, self.source.graph.version)
+        n = self._counts.get(key)
+        if n is None:
+            n = self._counts[key] = sum(1 for node in list(self.source.graph.nodes.values())
+                                                   if wp.selects(node))
+        return n
+
+    def _row(self, wp: Any, node: Any) -> w.HBox:
+        enabled = w.Checkbox(value=wp.enabled, indent=False, layout=w.Layout(width="24px"), tooltip="enabled")
+        enabled.add_class("nbdebug-wp-enabled")
+        enabled.observe(lambda ch, wp=wp: self._set(wp, enabled=bool(ch["new"])), names="value")
+        label = w.HTML(f"{html.escape(wp.describe())} <small>({self._count(wp)} nodes)</small>")
+        label.add_class("nbdebug-wp-label")
+        short = node.name if node is not None else "selected node"
+        pick = w.Checkbox(value=bool(node is not None and wp.selects(node)), description=short, indent=False,
+                          disabled=node is None, tooltip="watch the selected node with this watchpoint")
+        pick.add_class("nbdebug-wp-node")
+        if node is not None:
+            name = node.name
+            pick.observe(lambda ch, wp=wp: self._set(wp, **({"add": name} if ch["new"] else {"remove": name})),
+                         names="value")
+        delete = _button("✕", "nbdebug-wp-delete", "delete this watchpoint")
+        delete.on_click(lambda _b, wp=wp: self.delete(wp))
+        row = w.HBox([enabled, label, pick, delete], layout=w.Layout(align_items="center"))
+        row.add_class("nbdebug-wp-row")
+        row.add_class(f"nbdebug-wp-{wp.id}")
+        return row
+
+    def _set(self, wp: Any, **changes: Any) -> None:
+        self.source.update_watch(wp, **changes)
+        self.refresh(force=True)
+        self.on_change()
+
+    def delete(self, wp: Any) -> None:
+        self.source.unwatch(wp)
+        self.refresh(force=True)
+        self.on_change()
+
+    def rows(self) -> list[w.HBox]:
+        return [r for r in self.list.children if isinstance(r, w.HBox)]
+
+
+def _button(text: str, css: str, tooltip: str) -> w.Button:
+    b = w.Button(description=text, tooltip=tooltip, layout=w.Layout(width="auto"))
+    b.add_class(css)
+    return b
+
+
+def _plain(markup: str) -> str:
+    return html.unescape(re.sub(r"<[^>]+>", "", markup))
