@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.nbdebug-installed
 
-.PHONY: lab test setup lint bench clean browser
+.PHONY: lab test setup lint bench clean browser labextension
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -16,7 +16,28 @@ $(STAMP): $(PY) pyproject.toml constraints.txt setup.py $(wildcard nbdebug/frame
 	$(PIP) install -q -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
-setup: $(STAMP)
+LABEXT_SRC := labextension/package.json labextension/tsconfig.json \
+              $(wildcard labextension/src/*.ts labextension/schema/*.json labextension/style/*)
+LABEXT := nbdebug/labextension/package.json
+LABEXT_LINK := $(VENV)/share/jupyter/labextensions/nbdebug
+
+labextension/node_modules/.package-lock.json: labextension/package-lock.json labextension/package.json
+	cd labextension && npm ci --no-audit --no-fund
+
+# The JupyterLab extension, rebuilt only when its sources change.
+$(LABEXT): $(LABEXT_SRC) labextension/node_modules/.package-lock.json | $(STAMP)
+	cd labextension && PATH="$(abspath $(VENV))/bin:$$PATH" npm run build
+	touch $@
+
+# Editable installs skip data_files: link the build into the dev venv so `make lab` loads it.
+$(LABEXT_LINK): | $(STAMP)
+	mkdir -p $(dir $@)
+	rm -rf $@
+	ln -s $(abspath nbdebug/labextension) $@
+
+labextension: $(LABEXT) $(LABEXT_LINK)
+
+setup: $(STAMP) labextension
 
 lab: setup
 	$(VENV)/bin/jupyter lab notebooks/quickstart.ipynb
@@ -38,4 +59,4 @@ bench: setup
 	$(PY) bench/overhead.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info nbdebug/labextension labextension/lib labextension/node_modules

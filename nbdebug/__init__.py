@@ -19,6 +19,7 @@ __version__ = "0.1.0"
 _LAZY: dict[str, str] = {
     "DebugUnderflowOverflow": "nbdebug.frameworks.torch_overflow:DebugUnderflowOverflow",
     "PrecisionDebugger": "nbdebug.dump.precision:PrecisionDebugger",
+    "MsprobeStep": "nbdebug.dump.precision:MsprobeStep",
     "seed_all": "nbdebug.frameworks.seed:seed_all",
     "load": "nbdebug.dump.load:load",
     "compare": "nbdebug.compare.run:compare",
@@ -41,6 +42,8 @@ def __getattr__(name: str) -> Any:
 
 def load_ipython_extension(ipython: Any) -> None:
     """``%load_ext nbdebug``: registers the ``%nbdebug`` magic."""
+    from .lab import load_ipython_extension as _lab_extension
     from .ui.magics import register
 
     register(ipython)
+    _lab_extension(ipython)

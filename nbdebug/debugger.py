@@ -89,11 +89,14 @@ class Debugger:
     retain: keep tensor values at all (statistics are always kept).
     check: when watchpoints are evaluated — ``"step"`` (at the end of every step; a hit pauses there
         with all hits of the step) or ``"node"`` (right after each watched node; a hit pauses at it).
+    dump_dir, task, config: write an msProbe-format dump (``task`` "statistics" or "tensor"; ``config`` an
+        msProbe config.json path or dict with its filters).
     """
 
     def __init__(self, model: Any, level: str = "L0", *, capture: bool = True,
                  memory_budget: int = 512 * 2**20, retain: bool = True, retain_copy: bool = False,
-                 check: str = "step") -> None:
+                 check: str = "step", dump_dir: str | None = None, task: str | None = None,
+                 config: Any = None) -> None:
         if check not in ("step", "node"):
             raise ValueError(f"check must be 'step' or 'node', got {check!r}")
         self.check = check
@@ -137,8 +140,16 @@ class Debugger:
                                on_thread_exit=self._thread_exit)
         self._node_sub: Any = None
         self.watchpoints = WatchManager(self.session)
+        self.dump = None  # DumpWriter when dumping (msProbe layout); finalized before watchpoints pause
+        if dump_dir is not None or config is not None:
+            from .dump import attach_dump
+
+            self.dump = attach_dump(self, dump_dir, task, config)
         self.session.subscribe("step", self._on_step)
         _LAST[0] = weakref.ref(self)
+        from .lab import announce
+
+        announce(self)  # JupyterLab status item and commands; no-op outside a kernel
 
     # -- events from the session (training thread) ------------------------------------------------
     def _on_node(self, node: Any) -> None:
@@ -365,6 +376,8 @@ class Debugger:
             if self._ctl.thread is not None and self._ctl.thread is not __import__("threading").current_thread():
                 self._ctl.thread.join(10)
         self.closed = True
+        if self.dump is not None:
+            self.dump.close()
         self._adapter.close()
         if _ATTACHED.get(self._model_id) is not None and _ATTACHED[self._model_id]() is self:
             del _ATTACHED[self._model_id]

@@ -2,6 +2,8 @@ import pytest
 import torch
 import torch.nn as nn
 
+pytest_plugins = ["browser"]  # one JupyterLab server and one Chromium for every browser test (tests/browser.py)
+
 
 class Block(nn.Module):
     """A reused Linear and a residual add."""

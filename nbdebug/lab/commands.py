@@ -1,0 +1,86 @@
+"""Training-control commands by name, and the status the JupyterLab extension shows.
+
+The extension's buttons, palette entries and shortcuts all end in :func:`command`, which acts on the
+most recent live :class:`~nbdebug.Debugger` of this process. A command that does not apply to the
+current state (``continue`` while running, ``pause`` while paused) raises ``RuntimeError`` naming
+the state, so a click that races a state change does nothing surprising.
+
+>>> import torch, nbdebug
+>>> from nbdebug.lab import command, status
+>>> model = torch.nn.Linear(2, 1)
+>>> dbg = nbdebug.Debugger(model)
+>>> dbg.run(lambda: model(torch.ones(1, 2)).sum().backward(), paused=True)
+>>> status()["state"]
+'paused'
+>>> command("continue")
+'running'
+>>> dbg.wait(10)
+<State.FINISHED: 'finished'>
+>>> dbg.close()
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ..control import State
+
+# name -> (states it applies in, action). "step" runs exactly one more training step.
+COMMANDS: dict[str, tuple[tuple[State, ...], Callable[[Any], None]]] = {
+    "continue": ((State.PAUSED,), lambda dbg: dbg.cont()),
+    "step": ((State.PAUSED,), lambda dbg: dbg.cont(1)),
+    "next-node": ((State.PAUSED,), lambda dbg: dbg.next_node()),
+    "pause": ((State.RUNNING,), lambda dbg: dbg.pause()),
+    "terminate": ((State.RUNNING, State.PAUSED), lambda dbg: dbg.terminate()),
+}
+
+
+def active_debugger() -> Any:
+    """The debugger the extension controls: the most recently created one that is not closed."""
+    from ..debugger import last_debugger
+
+    return last_debugger()
+
+
+def command(name: str) -> str:
+    """Run the training-control command ``name`` on the active debugger; returns the state after it.
+
+    ``name`` is one of ``continue``, ``step``, ``next-node``, ``pause``, ``terminate``.
+    """
+    if name not in COMMANDS:
+        raise ValueError(f"unknown nbdebug command {name!r}; commands are {', '.join(COMMANDS)}")
+    dbg = active_debugger()
+    if dbg is None:
+        raise RuntimeError("no live nbdebug Debugger in this kernel")
+    states, action = COMMANDS[name]
+    state = dbg.state
+    if state not in states:
+        allowed = " or ".join(str(s) for s in states)
+        raise RuntimeError(f"nbdebug: cannot {name} while training is {state} (only when {allowed})")
+    action(dbg)
+    from .channel import CHANNEL
+
+    CHANNEL.wake()
+    return str(dbg.state)
+
+
+def status(dbg: Any = None) -> dict[str, Any]:
+    """What the status item shows: ``state, step, hits, current_node, reason, framework``.
+
+    ``state`` is ``"none"`` when there is no live debugger. ``step`` is the step in progress (0-based);
+    ``hits`` counts the hit records so far in which a watchpoint fired (records of tensors that could
+    not be checked are not hits).
+    """
+    if dbg is None:
+        dbg = active_debugger()
+    if dbg is None or dbg.closed:
+        return {"state": "none", "step": None, "hits": 0, "current_node": None, "reason": "", "framework": None}
+    return {
+        "state": str(dbg.state),
+        "step": int(dbg.step_index),
+        "hits": sum(1 for h in list(dbg.watchpoints.hits) if h.hits),
+        "current_node": dbg.current_node,
+        "reason": dbg.pause_reason,
+        "framework": dbg.session.framework,
+    }
