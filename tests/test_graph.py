@@ -59,8 +59,8 @@ def test_residual_skip_edge_reuse_and_inplace_mix(net):
     assert g.has_edge("Parameter.block.lin.weight", "Functional.linear.2.forward")
     assert g.has_edge("Functional.linear.1.forward", "Functional.linear.2.forward")
     # residual: the block input (relu output) reaches the add directly — the skip edge
-    assert g.has_edge("Functional.relu.0.forward", "Tensor.add.0.forward")
-    assert g.has_edge("Functional.linear.2.forward", "Tensor.add.0.forward")
+    assert g.has_edge("Functional.relu.0.forward", "Tensor.__add__.0.forward")
+    assert g.has_edge("Functional.linear.2.forward", "Tensor.__add__.0.forward")
     # in-place add_ sits between linear and relu
     assert g.has_edge("Functional.linear.0.forward", "Tensor.add_.0.forward")
     assert g.has_edge("Tensor.add_.0.forward", "Functional.relu.0.forward")

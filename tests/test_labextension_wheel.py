@@ -41,8 +41,9 @@ def test_wheel_ships_the_labextension_and_pip_install_enables_it(tmp_path: Path)
 
     # Install it into a fresh prefix and ask JupyterLab what it sees there.
     target = tmp_path / "prefix"
-    run = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--prefix", str(target),
-                          str(wheel)], capture_output=True, text=True, timeout=300)
+    # --ignore-installed: never uninstall the dev venv's editable nbdebug while doing this
+    run = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--ignore-installed", "-q",
+                          "--prefix", str(target), str(wheel)], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
     installed = target / DATA
     assert json.loads((installed / "package.json").read_text())["name"] == "nbdebug"

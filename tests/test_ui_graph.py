@@ -45,7 +45,7 @@ def test_clicks_expand_collapse_and_select(panel, trained):
     assert xs == n_collapsed
     simulate_click(gv.fig, *point_of(gv, "forward:block"))
     assert gv.expanded == {"forward:block"}
-    assert "forward:block/lin" in gv.visible_keys() and "Tensor.add.0.forward" in gv.visible_keys()
+    assert "forward:block/lin" in gv.visible_keys() and "Tensor.__add__.0.forward" in gv.visible_keys()
     assert len(gv.fig.data[T_HEADERS].x) == 1 and gv.fig.data[T_HEADERS].text == ("block",)
     simulate_click(gv.fig, *point_of(gv, "forward:block/lin"))
     assert "Functional.linear.1.forward" in gv.visible_keys()

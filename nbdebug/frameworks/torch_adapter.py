@@ -17,6 +17,7 @@ Nothing is monkeypatched: closing removes every hook handle and pops the mode.
 
 from __future__ import annotations
 
+import dis
 import sys
 import threading
 import types
@@ -154,6 +155,36 @@ class _Seen:
         self.producer: tuple[str, str] | None = None
 
 
+_SYMBOLS = {"+": "add", "-": "sub", "*": "mul", "/": "truediv", "//": "floordiv", "%": "mod", "**": "pow",
+            "@": "matmul", "&": "and", "|": "or", "^": "xor", "<<": "lshift", ">>": "rshift",
+            "<": "lt", "<=": "le", "==": "eq", "!=": "ne", ">": "gt", ">=": "ge"}
+_UNARY = {"UNARY_NEGATIVE": "neg", "UNARY_INVERT": "invert", "UNARY_POSITIVE": "pos"}
+_OPERATOR_SITES: dict[tuple[Any, int], str | None] = {}
+
+
+def _operator_at(code: Any, lasti: int) -> str | None:
+    """The Python operator a bytecode instruction applies (``+`` -> ``add``, ``+=`` -> ``iadd``), if any.
+
+    ``x + y`` reaches the mode as ``Tensor.add``; msProbe names it ``Tensor.__add__``. Cached per site."""
+    key = (code, lasti)
+    if key in _OPERATOR_SITES:
+        return _OPERATOR_SITES[key]
+    name = None
+    for ins in dis.get_instructions(code):
+        if ins.offset == lasti:
+            if ins.opname in ("BINARY_OP", "COMPARE_OP"):
+                sym = ins.argrepr
+                if sym.endswith("=") and sym not in ("<=", "==", "!=", ">="):
+                    name = "i" + _SYMBOLS.get(sym[:-1], "") if sym[:-1] in _SYMBOLS else None
+                else:
+                    name = _SYMBOLS.get(sym)
+            else:
+                name = _UNARY.get(ins.opname)
+            break
+    _OPERATOR_SITES[key] = name
+    return name
+
+
 class _OpMode(TorchFunctionMode):
     """Sees every torch-level call while pushed on the training thread."""
 
@@ -169,6 +200,12 @@ class _OpMode(TorchFunctionMode):
         info = a.api_info(func)
         if info is None or torch._C._current_autograd_node() is not None:
             return func(*args, **kwargs)
+        if info[0] == "Tensor" and not info[1].startswith("__"):
+            caller = sys._getframe(1)
+            op = _operator_at(caller.f_code, caller.f_lasti)
+            if op is not None:
+                reflected = bool(args) and not isinstance(args[0], torch.Tensor)
+                info = ("Tensor", f"__{'r' if reflected and not op.startswith('i') else ''}{op}__")
         return a.run_op(info, func, args, kwargs)
 
 
