@@ -115,7 +115,7 @@ class Graph:
         for seen, step in ((up, self._pred), (down, self._succ)):
             frontier = {name}
             for _ in range(hops):
-                frontier = {m for n in frontier for m in step.get(n, ())} - seen - {name}
+                frontier = {m for n in frontier for m in tuple(step.get(n, ()))} - seen - {name}
                 seen |= frontier
         return up, down
 
