@@ -21,6 +21,7 @@ import numpy as np
 from .control import Controller, EventHub, State
 from .session.graph import Graph
 from .session.session import Session
+from .watch.loss_scale import LossScaleTracker
 from .watch.watchpoints import HitRecord, WatchManager, Watchpoint
 
 _ATTACHED: dict[int, weakref.ref] = {}
@@ -140,6 +141,8 @@ class Debugger:
                                on_thread_exit=self._thread_exit)
         self._node_sub: Any = None
         self.watchpoints = WatchManager(self.session)
+        self.loss_scale = LossScaleTracker()
+        self._ls_probe: Any = None
         self.dump = None  # DumpWriter when dumping (msProbe layout); finalized before watchpoints pause
         if dump_dir is not None or config is not None:
             from .dump import attach_dump
@@ -308,6 +311,36 @@ class Debugger:
         function. In a Jupyter kernel callbacks run on the kernel's event loop, at most ~10 per second."""
         return self.hub.on(event, callback)
 
+    # -- loss scale -------------------------------------------------------------------------------
+    def track_loss_scale(self, scaler: Any) -> LossScaleTracker:
+        """Record each step's loss scale and overflow flag from a ``torch.amp.GradScaler``.
+
+        One host read per step (at ``scaler.update()``); an overflowing step skips ``optimizer.step()``,
+        so the step boundary is taken at the scaler's update instead."""
+        from .frameworks.torch_loss_scale import GradScalerProbe
+
+        if self._ls_probe is not None:
+            self._ls_probe.close()
+
+        def current() -> int:
+            return self.session.step_index if len(self.session.recorder) else self.session.step_index - 1
+
+        def boundary(_record: Any) -> None:
+            if self._adapter.auto_step and len(self.session.recorder):
+                self._adapter.end_step()
+
+        self._ls_probe = GradScalerProbe(scaler, self.loss_scale, step=current, on_update=boundary)
+        return self.loss_scale
+
+    def loss_scale_history(self) -> list[Any]:
+        """Per step: loss scale and whether the step overflowed."""
+        return self.loss_scale.history()
+
+    def watch_loss_scale(self, k: int) -> Any:
+        """Fire (a hit event, and a pause when training runs under ``run``) when overflow persists for
+        ``k`` consecutive steps."""
+        return self.loss_scale.watch(k, lambda hit: (self.hub.emit("hit", hit), self._ctl.pause()))
+
     # -- analysis ---------------------------------------------------------------------------------
     def first_nonfinite(self, step: int | str = "current") -> tuple[str, str, int] | None:
         """The earliest node (forward, then backward, then optimizer) whose inputs are finite and
@@ -378,6 +411,8 @@ class Debugger:
         self.closed = True
         if self.dump is not None:
             self.dump.close()
+        if self._ls_probe is not None:
+            self._ls_probe.close()
         self._adapter.close()
         if _ATTACHED.get(self._model_id) is not None and _ATTACHED[self._model_id]() is self:
             del _ATTACHED[self._model_id]
