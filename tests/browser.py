@@ -25,9 +25,10 @@ Fixtures
     environment), ``api(method, path)``, ``shutdown_kernels()``.
 ``chromium`` (session)    the playwright ``Browser``.
 ``lab_page`` (function)   :class:`LabPage`: a fresh browser context with JupyterLab loaded and
-    ``window.jupyterapp`` exposed; ``open_notebook``, ``run_all``, ``append_and_run``,
-    ``wait_for_output``, ``wait_until`` (a JS predicate), ``command``, ``press``, ``screenshot``,
-    ``assert_not_blank``; console errors collect in ``errors``. Its kernels are shut down after.
+    ``window.jupyterapp`` exposed; ``open_notebook``, ``cells``, ``run_cell`` (one cell, waited for),
+    ``run_all``, ``append_and_run``, ``wait_for_output``, ``wait_until`` (a JS predicate), ``command``,
+    ``press``, ``screenshot``, ``assert_not_blank``; console errors collect in ``errors``. Its kernels are
+    shut down after.
 
 Screenshots go to ``tests/artifacts/`` (gitignored). Chromium is never downloaded: playwright drives
 the system package (``apt-get install chromium``).
@@ -254,6 +255,36 @@ class LabPage:
 
     def run_all(self) -> None:
         self.command("notebook:run-all-cells")
+
+    def cells(self) -> list[tuple[str, str]]:
+        """``(cell_type, source)`` of each cell of the current notebook."""
+        return [tuple(c) for c in self.page.evaluate("""() => {
+            const cells = window.jupyterapp.shell.currentWidget.content.model.cells;
+            return Array.from({length: cells.length}, (_, i) => cells.get(i))
+                .map(c => [c.type, c.sharedModel.getSource()]);
+        }""")]
+
+    def run_cell(self, index: int, timeout: float = 120.0) -> None:
+        """Run cell ``index`` of the current notebook and wait until it has finished.
+
+        Fails with the cell's outputs when it raised, and with a clear message when it took longer
+        than ``timeout`` seconds."""
+        result = self.page.evaluate("""async ([index, ms]) => {
+            const panel = window.jupyterapp.shell.currentWidget;
+            panel.content.activeCellIndex = index;
+            panel.content.deselectAll();
+            const run = window.jupyterapp.commands.execute('notebook:run-cell');
+            const timer = new Promise(resolve => setTimeout(() => resolve('timeout'), ms));
+            return await Promise.race([run.then(ok => ok === false ? 'error' : 'ok'), timer]);
+        }""", [index, int(timeout * 1000)])
+        if result == "ok":
+            return
+        outputs = self.page.evaluate("""(index) => {
+            const cell = window.jupyterapp.shell.currentWidget.content.widgets[index];
+            return cell.node.querySelector('.jp-OutputArea')?.textContent ?? '';
+        }""", index)
+        what = f"did not finish within {timeout:.0f} s" if result == "timeout" else "raised"
+        raise AssertionError(f"cell {index} {what}; its output:\n{outputs[-3000:]}")
 
     def append_and_run(self, code: str) -> None:
         """Add a code cell at the end of the current notebook and run it (returns at once)."""

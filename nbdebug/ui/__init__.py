@@ -7,7 +7,8 @@ and the ``%nbdebug`` magic (:mod:`nbdebug.ui.magics`) all build one.
 Modules, one concern each: ``source`` (what a panel reads), ``throttle`` (coalesced redraws),
 ``layout`` (pure scope-collapsed graph layout), ``header``, ``graph_view``, ``node_list``, ``details``,
 ``watch_panel``, ``hits``, ``controls``, ``tensor_math`` (pure numpy), ``tensor_view``, ``panel``,
-``magics``; ``compare_panel`` is the run-comparison panel of ``nbdebug.compare`` (its own classes).
+``magics``, ``autosize`` (plotly figures as wide as their place); ``compare_panel`` is the run-comparison
+panel of ``nbdebug.compare`` (its own classes).
 
 Stable CSS classes, for driving the panel from a browser (``widget.add_class``)::
 

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
+from .autosize import fit_width
 from .layout import NODE_CLASSES, Layout, compute_layout, scope_chain, scope_key, split_scope_key
 from .source import SourceView
 
@@ -87,6 +88,7 @@ class GraphView:
         for k in range(len(NODE_CLASSES)):
             self.fig.data[T_CLASS0 + k].on_click(self._click_items)
         self.fig.add_class("nbdebug-graph")
+        fit_width(self.fig)
         self.widget = self.fig
         self.refresh()
 
@@ -233,7 +235,8 @@ class GraphView:
                     mode="markers+text" if show_text else "markers", visible=True if idx else "legendonly")
             self.fig.layout.shapes = self._section_shapes(lay)
             self._set_x_range()
-            self.fig.layout.yaxis.range = [lay.height + 0.5, -1.2]
+            # autorange off: plotly.js ignores a range while autorange is on (the base layout's "reversed")
+            self.fig.layout.yaxis.update(autorange=False, range=[lay.height + 0.5, -1.2])
         self._marks = ()
 
     def _section_shapes(self, lay: Layout) -> list[dict[str, Any]]:

@@ -60,7 +60,7 @@ class HitList:
         kind = "hit" if h.hits else "unchecked"
         sel = w.Button(description=f"{h.condition} · {h.node} {h.slot} · step {h.step}",
                        tooltip=f"watchpoint #{h.watchpoint}: select {h.node}",
-                       layout=w.Layout(width="auto", max_width="420px"))
+                       layout=w.Layout(width="auto", max_width="min(420px, calc(100% - 64px))"))  # View fits beside it
         sel.add_class("nbdebug-hit-select")
         sel.on_click(lambda _b: self.on_select(h.node))
         colour = "#cf222e" if h.hits else "#8c6d1f"
@@ -69,7 +69,8 @@ class HitList:
         view = w.Button(description="View", layout=w.Layout(width="52px"), tooltip="open the tensor view")
         view.add_class("nbdebug-hit-view")
         view.on_click(lambda _b: self.on_view(h))
-        row = w.HBox([sel, view, detail], layout=w.Layout(align_items="center", flex_flow="row wrap"))
+        # flex "0 0 auto": rows keep their height and the list scrolls (they would shrink and overlap)
+        row = w.HBox([sel, view, detail], layout=w.Layout(align_items="center", flex_flow="row wrap", flex="0 0 auto"))
         row.add_class("nbdebug-hit-row")
         row.add_class(f"nbdebug-hit-{kind}")
         return row

@@ -228,7 +228,8 @@ class Panel(w.VBox):
             for off in self._subs:
                 off()
             self._subs = []
-            for child in _descendants(self):
+            tv = self.tensor_view  # its figures join the widget tree only when it first opens
+            for child in _descendants(self) + [tv.heatmap, tv.relations]:
                 child.close()
         super().close()
 

@@ -17,6 +17,7 @@ import ipywidgets as w
 import numpy as np
 import plotly.graph_objects as go
 
+from .autosize import fit_width
 from .hits import hit_text
 from .layout import node_class, short_label
 from .source import SourceView
@@ -116,6 +117,7 @@ class TensorView:
                                                "yaxis": {"autorange": "reversed"}})
         self.heatmap.add_heatmap(z=np.zeros((1, 1)), colorscale="RdBu", reversescale=True)
         self.heatmap.add_class("nbdebug-tensor-heatmap")
+        fit_width(self.heatmap)
         self.table = w.HTML("")
         self.table.add_class("nbdebug-tensor-table")
         self.stats = w.HTML("")
@@ -137,17 +139,21 @@ class TensorView:
                                    textfont={"size": 10, "color": "#cf222e"})
         self.relations.data[1].on_click(self._click_relation)
         self.relations.add_class("nbdebug-tensor-graph")
+        fit_width(self.relations)
         self._rel_names: list[str] = []
         self.close = w.Button(description="close", layout=w.Layout(width="auto"))
         self.close.add_class("nbdebug-tensor-close")
         self.close.on_click(lambda _b: self.hide())
         left = w.VBox([self.stats, self.hits], layout=w.Layout(width="40%"))
-        right = w.VBox([self.heatmap, self.table], layout=w.Layout(width="60%"))
+        # The figures join the page at the first open(): plotly sizes a plot to its container when it is
+        # first drawn, and inside the hidden view it would take its 700 px default width (and overflow).
+        self._right = w.VBox([self.table], layout=w.Layout(width="60%"))
+        self._relations_box = w.VBox([])
         self.widget = w.VBox([
             w.HBox([w.HTML("<b>Tensor view</b>&nbsp;"), self.title, self.close]),
             w.HBox([self.mode, self.tolerance], layout=w.Layout(flex_flow="row wrap")),
-            self.slices, self.slice_error, self.error, w.HBox([left, right]),
-            w.HBox([w.HTML("<b>Tensor relationships</b>&nbsp;"), self.hops]), self.relations,
+            self.slices, self.slice_error, self.error, w.HBox([left, self._right]),
+            w.HBox([w.HTML("<b>Tensor relationships</b>&nbsp;"), self.hops]), self._relations_box,
         ], layout=w.Layout(display="none", border="1px solid #ccc", padding="4px"))
         self.widget.add_class("nbdebug-tensor-view")
 
@@ -186,6 +192,9 @@ class TensorView:
         self.title.value = (f"<code>{html.escape(node)}</code> <b>{html.escape(slot)}</b> · "
                             f"{html.escape(str(step_txt))} · {html.escape(dtype)} {tuple(shape)}")
         self.widget.layout.display = "flex"
+        if self.heatmap not in self._right.children:  # first open: see __init__
+            self._right.children = (self.heatmap, self.table)
+            self._relations_box.children = (self.relations,)
         self.mode.value = "current"
         self.redraw()
         self._draw_hits()
@@ -367,6 +376,9 @@ class TensorView:
             ks = [n for n in names if n in marks]
             self.relations.data[2].update(x=[pos[n][0] for n in ks], y=[pos[n][1] - 0.3 for n in ks],
                                           text=[",".join(marks[n]) for n in ks])
+            # a fixed y range: autorange would stretch a single row (and its marks) over the whole height
+            ys = [y for _x, y in pos.values()]
+            self.relations.layout.yaxis.update(autorange=False, range=[max(ys) + 0.8, min(ys) - 0.8])
 
     def _click_relation(self, trace: Any, points: Any, state: Any) -> None:
         if points.point_inds:

@@ -216,7 +216,8 @@ class WatchPanel:
         enabled = w.Checkbox(value=wp.enabled, indent=False, layout=w.Layout(width="24px"), tooltip="enabled")
         enabled.add_class("nbdebug-wp-enabled")
         enabled.observe(lambda ch, wp=wp: self._set(wp, enabled=bool(ch["new"])), names="value")
-        label = w.HTML(f"{html.escape(wp.describe())} <small>({self._count(wp)} nodes)</small>")
+        label = w.HTML(f"{html.escape(wp.describe())} <small>({self._count(wp)} nodes)</small>",
+                       layout=w.Layout(flex="1 1 240px"))  # beside its checkbox; the rest wraps below
         label.add_class("nbdebug-wp-label")
         short = node.name if node is not None else "selected node"
         pick = w.Checkbox(value=bool(node is not None and wp.selects(node)), description=short, indent=False,
@@ -228,7 +229,7 @@ class WatchPanel:
                          names="value")
         delete = _button("✕", "nbdebug-wp-delete", "delete this watchpoint")
         delete.on_click(lambda _b, wp=wp: self.delete(wp))
-        row = w.HBox([enabled, label, pick, delete], layout=w.Layout(align_items="center"))
+        row = w.HBox([enabled, label, pick, delete], layout=w.Layout(align_items="center", flex_flow="row wrap"))
         row.add_class("nbdebug-wp-row")
         row.add_class(f"nbdebug-wp-{wp.id}")
         return row

@@ -1,0 +1,257 @@
+"""The debugger panel in a real JupyterLab, driven through real Chromium (issue 4).
+
+The quickstart notebook runs cell by cell up to the cell that displays the panel (``dbg``); from there
+on only the panel is used, as a user would: a TO watchpoint through the "+" form, CONTINUE into the hit
+on ``Torch.log.0.forward``, the hit's View button, a dimension selection in the tensor view, and
+TERMINATE. A second, slow training then shows that a button acts while the worker thread trains
+(PAUSE while running). Screenshots of the panel, the hit and the tensor view go to tests/artifacts/.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from browser import LabPage
+
+REPO = Path(__file__).resolve().parents[1]
+QUICKSTART = REPO / "notebooks" / "quickstart.ipynb"
+NB = ".jp-NotebookPanel:not(.lm-mod-hidden)"
+PANEL = f"{NB} .nbdebug-panel"
+ORIGIN = "Torch.log.0.forward"
+VIEWPORT = {"width": 1440, "height": 2400}
+
+# A second training, slow enough to click into while it runs (quickstart's 8 steps take milliseconds).
+SLOW_TRAINING = """\
+import time
+slow_model = nn.Linear(4, 1)
+slow_opt = torch.optim.SGD(slow_model.parameters(), lr=0.01)
+
+def slow_train(steps=3000):
+    for _ in range(steps):
+        slow_opt.zero_grad()
+        slow_model(torch.randn(2, 4)).pow(2).mean().backward()
+        slow_opt.step()
+        time.sleep(0.01)
+
+slow = nbdebug.Debugger(slow_model)
+slow.run(slow_train)
+slow"""
+
+
+# Largest pixel distance between a mark (a text-only trace: the condition abbreviations of hits) and the
+# node it marks (a marker at the same x) in the plotly figure ``css`` of the first panel.
+MARK_GAP = """([sel, css]) => {
+    const gd = document.querySelector(sel + ' .' + css + '.js-plotly-plot');
+    const ya = gd._fullLayout.yaxis;
+    const marks = gd._fullData.filter(t => t.mode === 'text' && t.x && t.x.length);
+    const nodes = gd._fullData.filter(t => String(t.mode).includes('markers') && t.x);
+    if (!marks.length) return null;
+    let worst = 0;
+    for (const m of marks) for (let i = 0; i < m.x.length; i++) {
+        let best = Infinity;
+        for (const t of nodes) for (let j = 0; j < t.x.length; j++)
+            if (t.x[j] === m.x[i]) best = Math.min(best, Math.abs(ya.d2p(t.y[j]) - ya.d2p(m.y[i])));
+        worst = Math.max(worst, best);
+    }
+    return worst;
+}"""
+
+# Hit rows squeezed below their content (they overlapped), watchpoint buttons pushed out of their box.
+LAYOUT_PROBLEMS = """(sel) => {
+    const p = document.querySelector(sel), out = [];
+    p.querySelectorAll('.nbdebug-hit-row').forEach((r, i) => {
+        if (r.getBoundingClientRect().height < r.scrollHeight - 1) out.push(`hit row ${i} squeezed`);
+    });
+    const box = p.querySelector('.nbdebug-watchpoints').getBoundingClientRect();
+    p.querySelectorAll('.nbdebug-wp-row button, .nbdebug-hit-row button').forEach(b => {
+        const r = b.getBoundingClientRect();
+        if (r.right > box.right + 1 || r.width < 10) out.push(`button ${b.textContent} cut off`);
+    });
+    return out;
+}"""
+
+
+def panel_facts(lab: LabPage, index: int = 0) -> dict[str, Any]:
+    """What a user reads on panel ``index`` of the notebook (for assertions and failure messages)."""
+    return lab.page.evaluate("""([sel, index]) => {
+        const p = document.querySelectorAll(sel)[index];
+        if (!p) return null;
+        const text = c => { const e = p.querySelector(c); return e ? e.textContent.trim() : null; };
+        const st = p.querySelector('.nbdebug-state [data-state]');
+        return {state: st ? st.dataset.state : null, step: text('.nbdebug-step'), hits: text('.nbdebug-hit-count'),
+                reason: text('.nbdebug-pause-reason'), control: text('.nbdebug-control-status'),
+                error: text('.nbdebug-panel-error'), wp_message: text('.nbdebug-wp-message'),
+                hit_rows: Array.from(p.querySelectorAll('.nbdebug-hit-row')).map(r => r.textContent.trim())};
+    }""", [PANEL, index])
+
+
+def expect(lab: LabPage, what: str, predicate_js: str, arg: Any = None, timeout: float = 30.0,
+           index: int = 0) -> Any:
+    """Wait for ``predicate_js``; on timeout fail saying what was awaited and what the panel shows."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        return lab.wait_until(predicate_js, timeout=timeout, arg=arg)
+    except PlaywrightTimeout:
+        raise AssertionError(f"{what}: not seen within {timeout:.0f} s; the panel shows "
+                             f"{panel_facts(lab, index)}; console errors: {lab.errors[-5:]}") from None
+
+
+def expect_state(lab: LabPage, state: str, timeout: float = 30.0, index: int = 0) -> None:
+    expect(lab, f"panel {index} state {state!r}", """([sel, index, state]) => {
+        const p = document.querySelectorAll(sel)[index];
+        const e = p && p.querySelector('.nbdebug-state [data-state]');
+        return e && e.dataset.state === state;
+    }""", arg=[PANEL, index, state], timeout=timeout, index=index)
+
+
+def expect_fitted(lab: LabPage, css: str) -> None:
+    """The plotly figure ``css`` of the first panel is drawn as wide as its element (not 700 px)."""
+    expect(lab, f"the {css} figure as wide as its place", """([sel, css]) => {
+        const gd = document.querySelector(sel + ' .' + css + '.js-plotly-plot');
+        return gd && gd._fullLayout && gd.clientWidth > 100 && Math.abs(gd._fullLayout.width - gd.clientWidth) <= 2;
+    }""", arg=[PANEL, css])
+
+
+def shot(lab: LabPage, name: str, selector: str | None = None) -> Path:
+    path = lab.screenshot(name, selector)
+    lab.assert_not_blank(path)
+    return path
+
+
+def test_panel_drives_quickstart_training(lab_page: LabPage) -> None:
+    lab = lab_page
+    shutil.copy(QUICKSTART, lab.server.root / QUICKSTART.name)
+    lab.page.set_viewport_size(VIEWPORT)  # tall: the whole panel fits on screen (screenshots)
+    lab.open_notebook(QUICKSTART.name)
+    cells = lab.cells()
+    shows_panel = [i for i, (kind, src) in enumerate(cells) if kind == "code" and src.strip() == "dbg"]
+    assert shows_panel, "the quickstart has no cell that displays the panel (`dbg`)"
+    for i, (kind, _src) in enumerate(cells[:shows_panel[0] + 1]):
+        if kind == "code":
+            lab.run_cell(i)
+
+    panel = lab.page.locator(PANEL).first
+    expect(lab, "the panel rendered (graph drawn by plotly)",
+           "(sel) => document.querySelector(sel + ' .nbdebug-graph.js-plotly-plot .main-svg')", arg=PANEL, timeout=60)
+    expect_state(lab, "paused")
+    expect_fitted(lab, "nbdebug-graph")
+    shot(lab, "ui-panel", PANEL)
+
+    # A TO watchpoint through the "+" form (another condition first: the form follows the choice).
+    panel.locator("button.nbdebug-wp-add").click()
+    form = panel.locator(".nbdebug-wp-form")
+    form.wait_for(state="visible")
+    choose_condition(form, "TL")
+    expect(lab, "the TL form shows its parameter fields",
+           "(sel) => document.querySelector(sel + ' .nbdebug-wp-param-max_gt input')", arg=PANEL)
+    choose_condition(form, "TO")
+    expect(lab, "the TO form has no parameter fields",
+           "(sel) => !document.querySelector(sel + ' .nbdebug-wp-param') && "
+           "document.querySelector(sel + ' .nbdebug-wp-summary').textContent.includes('NaN')", arg=PANEL)
+    form.locator("button.nbdebug-wp-create").click()
+    expect(lab, "the TO watchpoint in the list", """(sel) => {
+        const rows = document.querySelectorAll(sel + ' .nbdebug-wp-row');
+        return rows.length === 1 && rows[0].textContent.includes('TO');
+    }""", arg=PANEL)
+    assert not form.is_visible(), "the form stays open after Create"
+
+    # CONTINUE runs into the hit on torch.log (step 3, the bad batch).
+    panel.locator("button.nbdebug-continue").click()
+    row = panel.locator(".nbdebug-hit-row", has_text=ORIGIN).first
+    expect(lab, f"a hit row for {ORIGIN}", """([sel, name]) => Array.from(
+        document.querySelectorAll(sel + ' .nbdebug-hit-row')).some(r => r.textContent.includes(name))""",
+           arg=[PANEL, ORIGIN], timeout=60)
+    expect_state(lab, "paused")
+    facts = panel_facts(lab)
+    assert ORIGIN in facts["hit_rows"][0] and "step 3" in facts["hit_rows"][0], facts
+    assert int(facts["hits"]) >= 1, facts
+    # The graph marks the hit next to its node (a squashed y axis once put the marks far away).
+    gap = lab.page.evaluate(MARK_GAP, [PANEL, "nbdebug-graph"])
+    assert gap is not None and gap < 80, f"hit marks are {gap} px away from their nodes in the graph"
+    problems = lab.page.evaluate(LAYOUT_PROBLEMS, PANEL)
+    assert not problems, problems
+    shot(lab, "ui-hit", PANEL)
+
+    # The hit's View button opens the tensor view: the log's output, 16 x 1, NaN in row 5.
+    row.locator("button.nbdebug-hit-view").click()
+    view = panel.locator(".nbdebug-tensor-view")
+    view.wait_for(state="visible")
+    expect(lab, "the tensor view titled with the hit's tensor", """([sel, name]) => {
+        const t = document.querySelector(sel + ' .nbdebug-tensor-title');
+        return t && t.textContent.includes(name) && /step 3 .*\\(16, 1\\)/.test(t.textContent);
+    }""", arg=[PANEL, ORIGIN])
+    for plot in ("nbdebug-tensor-heatmap", "nbdebug-tensor-graph"):
+        expect_fitted(lab, plot)
+    gap = lab.page.evaluate(MARK_GAP, [PANEL, "nbdebug-tensor-graph"])
+    assert gap is not None and gap < 80, f"hit marks are {gap} px away from their nodes in the relationships"
+    before = tensor_facts(lab)
+    assert len(before["table"]) == 16 and len(before["heat"]) == 16, before
+    assert [r for r, (v,) in enumerate(before["table"]) if v == "nan"] == [5], before  # the bad sample
+    view.locator(".nbdebug-slice-0 input").fill("4:8")
+    view.locator(".nbdebug-slice-0 input").press("Enter")
+    expect(lab, "the heatmap and table follow the new slice", """(sel) => {
+        const v = document.querySelector(sel + ' .nbdebug-tensor-view');
+        const table = v.querySelector('.nbdebug-tensor-table table');
+        const plot = v.querySelector('.nbdebug-tensor-heatmap.js-plotly-plot');
+        return table && table.rows.length === 5 && plot && plot._fullData && plot._fullData[0].z.length === 4;
+    }""", arg=PANEL)
+    after = tensor_facts(lab)
+    assert after["table"] == before["table"][4:8] and after["heat"] == before["heat"][4:8], after
+    assert after["heat"][1] == [None], after  # NaN: a gap in the heatmap
+    shot(lab, "ui-tensor-view", f"{PANEL} .nbdebug-tensor-view")
+
+    # TERMINATE ends training.
+    panel.locator("button.nbdebug-terminate").click()
+    expect_state(lab, "terminated")
+    expect(lab, "the control bar after TERMINATE", """(sel) => {
+        const p = document.querySelector(sel);
+        return p.querySelector('.nbdebug-control-status').textContent.includes('terminated')
+            && ['continue', 'pause', 'terminate'].every(b => p.querySelector('button.nbdebug-' + b).disabled);
+    }""", arg=PANEL)
+
+    # A button acts while the worker thread trains: PAUSE on a slower training's panel.
+    lab.append_and_run(SLOW_TRAINING)
+    slow = lab.page.locator(PANEL).nth(1)
+    expect_state(lab, "running", timeout=60, index=1)
+    expect(lab, "the running training's step counter advancing", """(sel) => {
+        const p = document.querySelectorAll(sel)[1];
+        return Number(p.querySelector('.nbdebug-step').textContent) >= 3;
+    }""", arg=PANEL, index=1)
+    slow.locator("button.nbdebug-pause").click()
+    expect_state(lab, "paused", index=1)
+    paused_at = panel_facts(lab, 1)["step"]
+    lab.page.wait_for_timeout(500)
+    assert panel_facts(lab, 1)["step"] == paused_at, "training went on after PAUSE"
+    shot(lab, "ui-paused-while-running", f"{PANEL} >> nth=1")
+    slow.locator("button.nbdebug-terminate").click()
+    expect_state(lab, "terminated", index=1)
+
+    problems = [e for e in lab.errors if any(k in e.lower() for k in ("widget", "plotly", "nbdebug", "anywidget"))]
+    assert not problems, f"console errors from the panel's widgets: {problems}"
+
+
+def choose_condition(form: Any, abbr: str) -> None:
+    """Pick the condition whose option reads "… · ABBR — …" in the form's dropdown."""
+    select = form.locator(".nbdebug-wp-condition select")
+    labels = select.locator("option").all_text_contents()
+    matches = [i for i, t in enumerate(labels) if t.replace("\xa0", " ").split(" · ")[-1].startswith(f"{abbr} ")]
+    assert len(matches) == 1, f"condition {abbr} not offered once in {labels}"
+    select.select_option(index=matches[0])
+
+
+def tensor_facts(lab: LabPage) -> dict[str, Any]:
+    """The value table (cell texts, row by row) and the heatmap's z (NaN as None) of the tensor view."""
+    return lab.page.evaluate("""(sel) => {
+        const v = document.querySelector(sel + ' .nbdebug-tensor-view');
+        const table = v.querySelector('.nbdebug-tensor-table table');
+        const plot = v.querySelector('.nbdebug-tensor-heatmap.js-plotly-plot');
+        const z = plot && plot._fullData && plot._fullData[0] ? plot._fullData[0].z : null;
+        return {table: table ? Array.from(table.rows).slice(1).map(r => Array.from(r.cells).slice(1)
+                                  .map(c => c.textContent.trim())) : null,
+                heat: z ? Array.from(z, row => Array.from(row, x => Number.isNaN(x) ? null : x)) : null,
+                selection: Array.from(v.querySelectorAll('.nbdebug-slice input')).map(i => i.value)};
+    }""", PANEL)
