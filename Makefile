@@ -57,6 +57,10 @@ test: setup browser lint
 
 bench: setup
 	$(PY) bench/overhead.py
+	$(PY) bench/overhead_mindspore.py
+	$(PY) bench/watch.py
+	$(PY) bench/ui.py
+	$(PY) bench/compare.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info nbdebug/labextension labextension/lib labextension/node_modules

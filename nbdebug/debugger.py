@@ -24,7 +24,7 @@ from .session.session import Session
 from .watch.loss_scale import LossScaleTracker
 from .watch.watchpoints import HitRecord, WatchManager, Watchpoint
 
-_ATTACHED: dict[int, weakref.ref] = {}
+_ATTACHED: dict[int, tuple[weakref.ref, weakref.ref]] = {}  # id(model) -> (model, Debugger)
 _LAST: list[weakref.ref | None] = [None]
 
 
@@ -102,8 +102,8 @@ class Debugger:
             raise ValueError(f"check must be 'step' or 'node', got {check!r}")
         self.check = check
         framework = _framework_of(model)
-        prev = _ATTACHED.get(id(model))
-        if prev is not None and prev() is not None and not prev().closed:
+        prev_model, prev = _ATTACHED.get(id(model), (lambda: None, lambda: None))
+        if prev_model() is model and prev() is not None and not prev().closed:
             raise RuntimeError(
                 f"a Debugger is already attached to this {type(model).__name__}; call close() on it first")
         self.level = level
@@ -133,7 +133,7 @@ class Debugger:
                                    memory_budget=memory_budget)
             self._adapter = MindSporeAdapter(model, level, self.session, retain=retain)
         self._adapter.capturing = capture
-        _ATTACHED[id(model)] = weakref.ref(self)
+        _ATTACHED[id(model)] = (weakref.ref(model), weakref.ref(self))
         self._model_id = id(model)
         self.hub = EventHub()
         self._ctl = Controller(self.hub, in_optimizer=lambda: self._adapter.section == "optimizer",
@@ -414,7 +414,8 @@ class Debugger:
         if self._ls_probe is not None:
             self._ls_probe.close()
         self._adapter.close()
-        if _ATTACHED.get(self._model_id) is not None and _ATTACHED[self._model_id]() is self:
+        entry = _ATTACHED.get(self._model_id)
+        if entry is not None and entry[1]() is self:
             del _ATTACHED[self._model_id]
 
     def __enter__(self) -> Debugger:

@@ -36,7 +36,9 @@ def test_close_leaves_model_bitwise_identical(level):
     assert _hook_count(b) == 0
     assert torch.overrides._get_current_function_mode_stack() == []
     import torch.optim.optimizer as o
-    assert not o._global_optimizer_pre_hooks and not o._global_optimizer_post_hooks
+    ours = [h for h in (*o._global_optimizer_pre_hooks.values(), *o._global_optimizer_post_hooks.values())
+            if getattr(h, "__self__", None) is dbg._adapter]
+    assert ours == []
     x = torch.randn(4, 8)
     for pa, pb in zip(a.parameters(), b.parameters(), strict=True):
         assert torch.equal(pa, pb)
@@ -97,3 +99,27 @@ def test_manual_step_boundary_overrides_optimizer():
         dbg.step()
         assert dbg.step_index == 3
         assert ("Module.fc1.Linear.forward.0", "output.0") in dbg.session.steps[2]
+
+
+def test_model_dropped_without_close_releases_global_hooks():
+    import torch.optim.optimizer as o
+
+    model = Net()
+    dbg = nbdebug.Debugger(model, level="mix")
+    adapter = dbg._adapter
+    del model
+    gc.collect()
+    hooks = [*o._global_optimizer_pre_hooks.values(), *o._global_optimizer_post_hooks.values()]
+    assert not [h for h in hooks if getattr(h, "__self__", None) is adapter]
+    assert adapter.closed
+
+
+def test_a_new_model_at_a_reused_address_can_be_attached():
+    seen = set()
+    for _ in range(50):  # CPython reuses ids of collected objects; attach must not confuse them
+        model = Net()
+        seen.add(id(model))
+        nbdebug.Debugger(model)  # never closed: the model dies at the next iteration
+        del model
+        gc.collect()
+    assert len(seen) < 50  # an address was reused (the case under test), and no false "already attached"

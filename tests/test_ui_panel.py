@@ -2,6 +2,7 @@
 
 import asyncio
 import itertools
+import threading
 import time
 
 import numpy as np
@@ -356,4 +357,18 @@ def test_updates_are_coalesced_on_the_event_loop():
             panel.close()
             dbg.close()
 
-    asyncio.run(main())
+    # a thread of its own: this process may already have a (parked) loop in the main thread
+    errors = []
+    worker = threading.Thread(target=lambda: _run_collecting(main, errors))
+    worker.start()
+    worker.join(120)
+    assert not worker.is_alive()
+    if errors:
+        raise errors[0]
+
+
+def _run_collecting(main, errors):
+    try:
+        asyncio.run(main())
+    except BaseException as e:  # re-raised in the test's thread
+        errors.append(e)

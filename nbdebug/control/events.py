@@ -49,9 +49,16 @@ class EventHub:
         """Subscribe ``fn`` to ``event`` (one of :data:`EVENTS`); returns an unsubscribe function."""
         if event not in EVENTS:
             raise ValueError(f"unknown event {event!r}; events are {', '.join(EVENTS)}")
+        loop: asyncio.AbstractEventLoop | None = None
         try:
-            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+            running = asyncio.get_running_loop()
+            # only a loop that is executing us (a coroutine, as a kernel's cell is) will deliver later;
+            # a loop merely parked in this thread (e.g. by a sync library built on greenlets) would not
+            if asyncio.current_task(running) is not None:
+                loop = running
         except RuntimeError:
+            pass
+        if loop is None:
             loop = _kernel_loop()
         sub = _Subscription(event, fn, loop, self.rate)
         with self._lock:

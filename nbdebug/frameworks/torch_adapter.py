@@ -220,7 +220,8 @@ class TorchAdapter:
             raise ValueError(f"unknown level {level!r}; choose one of {', '.join(LEVELS)}")
         self.level = level
         self.session = session
-        self.model_ref = weakref.ref(model)
+        # a model garbage-collected without close(): drop the global optimizer hooks with it
+        self.model_ref = weakref.ref(model, lambda _ref: self.close())
         self.model_class = type(model).__name__
         self.capturing = True
         self.busy = False

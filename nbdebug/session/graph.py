@@ -38,6 +38,8 @@ class Node:
     stack: list[str] = field(default_factory=list)
     #: name of the forward node a backward node mirrors (and vice versa)
     pair: str | None = None
+    #: the graph file a kernel node comes from (MindSpore GRAPH mode), for the panel's filter
+    graph: str | None = None
 
     @property
     def scope_path(self) -> tuple[str, ...]:

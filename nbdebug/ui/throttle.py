@@ -29,7 +29,9 @@ _AUTO: Any = object()
 def kernel_loop() -> asyncio.AbstractEventLoop | None:
     """The running asyncio loop (a Jupyter kernel runs cells inside it), else None."""
     try:
-        return asyncio.get_running_loop()
+        loop = asyncio.get_running_loop()
+        if asyncio.current_task(loop) is not None:  # a loop executing us (not merely parked here)
+            return loop
     except RuntimeError:
         pass
     try:

@@ -1,0 +1,301 @@
+"""Which node of one run corresponds to which node of the other.
+
+Four ways, tried in this order for every target node:
+
+1. a user ``mapping`` — ``{target name: golden name}``; a key ending in ``*`` maps a prefix
+   (``{"Cell.backbone.*": "Module.model.*"}``); or a callable ``name -> golden name | None``;
+2. ``match="exact"`` — the same name; across frameworks (MindSpore target, PyTorch golden or the reverse)
+   names are first brought to PyTorch's spelling: ``Cell.a.b.Dense.forward.0`` ↔ ``Module.a.b.Linear.forward.0``
+   (module path, direction and call count; the class may differ), ``Mint.x`` → ``Torch.x``,
+   ``MintFunctional.x`` → ``Functional.x``, ``Functional.x`` (mindspore.ops) → ``Torch.x`` or
+   ``Functional.x``, a few renamed APIs (:data:`MS_TO_PT_API`), and parameter names
+   ``gamma/beta/moving_mean/moving_variance/embedding_table`` → ``weight/bias/running_mean/running_var/weight``;
+3. ``match="fuzzy"`` — as exact but without call counts: the k-th call of an API (or module) in the
+   target pairs with its k-th call in the golden run;
+4. ``match="structural"`` — align the two execution orders (per section) by node kind, op type (with
+   synonyms such as Dense ~ Linear) and output shapes, for graphs whose names do not line up.
+
+>>> canonical_keys("Cell.block.lin.Dense.forward.1", "mindspore", cross=True)
+['Module.block.lin.forward.1']
+>>> canonical_keys("Mint.add.0.forward", "mindspore", cross=True)
+['Torch.add.0.forward', 'Tensor.add.0.forward']
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Mapping, Sequence
+
+from ..dump.load import parse_name
+
+#: MindSpore parameter names → PyTorch's (BatchNorm, LayerNorm, Embedding)
+MS_TO_PT_PARAM = {
+    "gamma": "weight",
+    "beta": "bias",
+    "moving_mean": "running_mean",
+    "moving_variance": "running_var",
+    "embedding_table": "weight",
+}
+PT_TO_MS_PARAM = {
+    "weight": ("gamma", "embedding_table"),
+    "bias": ("beta",),
+    "running_mean": ("moving_mean",),
+    "running_var": ("moving_variance",),
+}
+
+#: MindSpore API names whose PyTorch counterpart is spelled differently (lower case)
+MS_TO_PT_API = {
+    "dense": "linear",
+    "batchmatmul": "bmm",
+    "batch_matmul": "bmm",
+    "reducemean": "mean",
+    "reduce_mean": "mean",
+    "reducesum": "sum",
+    "reduce_sum": "sum",
+    "reducemax": "max",
+    "reduce_max": "max",
+    "concat": "cat",
+    "expanddims": "unsqueeze",
+    "expand_dims": "unsqueeze",
+    "cast": "to",
+    "fastgelu": "gelu",
+    "biasadd": "add",
+    "bias_add": "add",
+    "softmaxcrossentropywithlogits": "cross_entropy",
+    "sigmoidcrossentropywithlogits": "binary_cross_entropy_with_logits",
+    "onehot": "one_hot",
+    "gathernd": "gather",
+    "stridedslice": "__getitem__",
+    "tensorscatterupdate": "__setitem__",
+    "sub": "sub",
+    "mul": "mul",
+    "div": "div",
+    "realdiv": "div",
+}
+
+#: MindSpore API prefixes → the PyTorch prefixes to try, in order
+MS_TO_PT_PREFIX = {
+    "Mint": ("Torch", "Tensor"),
+    "MintFunctional": ("Functional",),
+    "Functional": ("Torch", "Functional", "Tensor"),
+    "Primitive": ("Torch", "Functional", "Tensor"),
+    "Tensor": ("Tensor", "Torch"),
+    "MintDistributed": ("Distributed",),
+    "Distributed": ("Distributed",),
+    "Jit": ("Torch",),
+}
+
+#: module / op class synonyms used by structural matching (lower case → canonical)
+CLASS_SYNONYMS = {
+    "dense": "linear",
+    "matmul": "linear",
+    "sequentialcell": "sequential",
+    "celllist": "modulelist",
+    "celldict": "moduledict",
+    "fastgelu": "gelu",
+    "batchnorm1d": "batchnorm",
+    "batchnorm2d": "batchnorm",
+    "batchnorm3d": "batchnorm",
+    "softmaxcrossentropywithlogits": "crossentropyloss",
+    "mseloss": "mseloss",
+    "mse_loss": "mseloss",
+}
+
+MS_PREFIXES = frozenset({"Cell", "Mint", "MintFunctional", "Primitive", "MintDistributed", "Jit"})
+
+
+def framework_of_names(names: Sequence[str]) -> str:
+    """``"mindspore"`` when the names use MindSpore-only prefixes, else ``"pytorch"``."""
+    for n in names:
+        if n.split(".", 1)[0] in MS_PREFIXES:
+            return "mindspore"
+        if n.startswith("Module."):
+            return "pytorch"
+    return "pytorch"
+
+
+def param_name(name: str, framework: str, cross: bool) -> str:
+    """A parameter (or parameter-gradient slot) name in PyTorch's spelling."""
+    if cross and framework == "mindspore":
+        return MS_TO_PT_PARAM.get(name, name)
+    return name
+
+
+def canonical_slot(slot: str, framework: str, cross: bool) -> str:
+    """``parameters.gamma`` → ``parameters.weight`` (and ``gamma`` → ``weight``) across frameworks."""
+    if not cross or framework != "mindspore":
+        return slot
+    if slot.startswith("parameters."):
+        return "parameters." + MS_TO_PT_PARAM.get(slot[11:], slot[11:])
+    return MS_TO_PT_PARAM.get(slot, slot)
+
+
+def canonical_keys(name: str, framework: str, *, cross: bool, counts: bool = True) -> list[str]:
+    """Candidate keys of ``name`` in PyTorch's spelling (first = preferred); without call counts for fuzzy
+    matching (``counts=False``)."""
+    info = parse_name(name)
+    if info.kind == "module" or info.direction == "parameters_grad":
+        if not cross:
+            base = name if counts else name.rsplit(".", 1)[0]
+            return [base]
+        core = f"Module.{info.path}.{info.direction}"
+        return [f"{core}.{info.count}" if counts else core]
+    if info.kind == "parameter":  # Parameter.{path}.{name}
+        if cross and framework == "mindspore":
+            path, _, pname = name[len("Parameter."):].rpartition(".")
+            pname = MS_TO_PT_PARAM.get(pname, pname)
+            return [f"Parameter.{path}.{pname}" if path else f"Parameter.{pname}"]
+        return [name]
+    if info.kind != "op" or info.count is None:
+        return [name]
+    if not cross or framework != "mindspore":
+        if counts:
+            return [name]
+        return [f"{info.api}.{info.direction}"]
+    parts = info.api.split(".")
+    api = parts[1] if len(parts) > 1 else parts[0]  # Primitive.{api}.{Class}: the api
+    api_pt = MS_TO_PT_API.get(api.lower(), api)
+    out = []
+    for prefix in MS_TO_PT_PREFIX.get(info.prefix, (info.prefix,)):
+        for a in dict.fromkeys((api_pt, api)):
+            key = f"{prefix}.{a}.{info.count}.{info.direction}" if counts else f"{prefix}.{a}.{info.direction}"
+            if key not in out:
+                out.append(key)
+    return out
+
+
+def _apply_user_mapping(name: str, mapping: Mapping[str, str] | Callable[[str], str | None] | None) -> str | None:
+    if mapping is None:
+        return None
+    if callable(mapping):
+        return mapping(name)
+    hit = mapping.get(name)
+    if hit is not None:
+        return hit
+    best = None
+    for k, v in mapping.items():
+        if k.endswith("*") and name.startswith(k[:-1]) and (best is None or len(k) > len(best[0])):
+            best = (k, v)
+    if best is None:
+        return None
+    k, v = best
+    return (v[:-1] if v.endswith("*") else v) + name[len(k) - 1:]
+
+
+class NodeDesc:
+    """What structural matching looks at for one node."""
+
+    __slots__ = ("name", "kind", "section", "op_type", "out_shapes")
+
+    def __init__(self, name: str, kind: str, section: str, op_type: str, out_shapes: tuple) -> None:
+        self.name, self.kind, self.section, self.op_type, self.out_shapes = name, kind, section, op_type, out_shapes
+
+    def signature(self) -> tuple:
+        op = self.op_type.lower().lstrip("_").rstrip("_")
+        op = CLASS_SYNONYMS.get(op, op)
+        op = MS_TO_PT_API.get(op, op)
+        return (self.kind, op, self.out_shapes)
+
+
+def match_nodes(target: Sequence[NodeDesc], golden: Sequence[NodeDesc], *, how: str = "exact",
+                mapping: Mapping[str, str] | Callable[[str], str | None] | None = None,
+                target_framework: str = "pytorch", golden_framework: str = "pytorch",
+                cross: bool | None = None) -> tuple[list[tuple[str, str, str]], list[str], list[str]]:
+    """Pair target nodes with golden nodes (both in execution order).
+
+    Returns ``(pairs, unmatched_target, unmatched_golden)``; each pair is ``(target, golden, how)`` where
+    ``how`` says which rule matched (``mapping``, ``exact``, ``fuzzy`` or ``structural``).
+    """
+    if how not in ("exact", "fuzzy", "structural"):
+        raise ValueError(f"match must be 'exact', 'fuzzy' or 'structural', got {how!r}")
+    if cross is None:
+        cross = target_framework != golden_framework
+    golden_names = {g.name for g in golden}
+    used_g: set[str] = set()
+    pairs: dict[str, tuple[str, str]] = {}
+
+    for t in target:  # 1. the user's mapping
+        g = _apply_user_mapping(t.name, mapping)
+        if g is not None and g in golden_names and g not in used_g:
+            pairs[t.name] = (g, "mapping")
+            used_g.add(g)
+
+    # 2. exact names (canonical across frameworks); also the first pass of fuzzy and structural
+    index: dict[str, str] = {}
+    for g in golden:
+        if g.name in used_g:
+            continue
+        for key in canonical_keys(g.name, golden_framework, cross=cross):
+            index.setdefault(key, g.name)
+    for t in target:
+        if t.name in pairs:
+            continue
+        for key in canonical_keys(t.name, target_framework, cross=cross):
+            g = index.get(key)
+            if g is not None and g not in used_g:
+                pairs[t.name] = (g, "exact")
+                used_g.add(g)
+                break
+
+    if how == "fuzzy":  # 3. the k-th call with the k-th call
+        groups: dict[str, list[str]] = {}
+        for g in golden:
+            if g.name in used_g:
+                continue
+            key = canonical_keys(g.name, golden_framework, cross=cross, counts=False)[0]
+            groups.setdefault(key, []).append(g.name)
+        taken: dict[str, int] = {}
+        for t in target:
+            if t.name in pairs:
+                continue
+            for key in canonical_keys(t.name, target_framework, cross=cross, counts=False):
+                cands = groups.get(key)
+                k = taken.get(key, 0)
+                if cands and k < len(cands):
+                    pairs[t.name] = (cands[k], "fuzzy")
+                    used_g.add(cands[k])
+                    taken[key] = k + 1
+                    break
+    elif how == "structural":  # 4. align the execution orders
+        for section in ("forward", "backward", "optimizer"):
+            ts = [t for t in target if t.section == section and t.name not in pairs]
+            gs = [g for g in golden if g.section == section and g.name not in used_g]
+            for t, g in _align(ts, gs):
+                pairs[t.name] = (g.name, "structural")
+                used_g.add(g.name)
+
+    out = [(t.name, pairs[t.name][0], pairs[t.name][1]) for t in target if t.name in pairs]
+    unmatched_t = [t.name for t in target if t.name not in pairs]
+    unmatched_g = [g.name for g in golden if g.name not in used_g]
+    return out, unmatched_t, unmatched_g
+
+
+def _align(ts: list[NodeDesc], gs: list[NodeDesc]) -> list[tuple[NodeDesc, NodeDesc]]:
+    """Pairs of an alignment of two node sequences by signature (kind, op type, output shapes)."""
+    if not ts or not gs:
+        return []
+    a = [t.signature() for t in ts]
+    b = [g.signature() for g in gs]
+    sm = difflib.SequenceMatcher(None, a, b, autojunk=False)
+    out: list[tuple[NodeDesc, NodeDesc]] = []
+    for tag, i1, i2, j1, j2 in sm.get_opcodes():
+        if tag == "equal":
+            out.extend(zip(ts[i1:i2], gs[j1:j2], strict=True))
+        elif tag == "replace":
+            # different op types: pair in order those with the same kind and output shapes
+            j = j1
+            for i in range(i1, i2):
+                while j < j2 and (b[j][0], b[j][2]) != (a[i][0], a[i][2]):
+                    j += 1
+                if j < j2:
+                    out.append((ts[i], gs[j]))
+                    j += 1
+    return out
+
+
+def describe_mapping(pairs: list[tuple[str, str, str]]) -> dict[str, int]:
+    """How many pairs each rule produced."""
+    out: dict[str, int] = {}
+    for _, _, how in pairs:
+        out[how] = out.get(how, 0) + 1
+    return out

@@ -1,0 +1,84 @@
+"""MindSpore entry point for :class:`nbdebug.Debugger`.
+
+``MindSporeAdapter(cell, level, session, retain=...)`` picks the capture that fits the execution mode
+at attach time:
+
+* PyNative (``mindspore.PYNATIVE_MODE``): Cell hooks and op wrappers —
+  :class:`~nbdebug.frameworks.mindspore_pynative.PyNativeAdapter` (levels L0, L1, mix).
+* GRAPH (``mindspore.GRAPH_MODE``): MindSpore's own kernel-by-kernel dump, read back after every graph
+  run — :class:`~nbdebug.frameworks.mindspore_graph_live.GraphAdapter` (kernel level whatever the
+  level asked for).
+
+Under ``mindspore.train.Model`` pass :class:`StepCallback` so that each training step is a debugger
+step, with ``dataset_sink_mode=False``::
+
+    model.train(1, dataset, callbacks=[StepCallback(dbg)], dataset_sink_mode=False)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import mindspore as ms
+from mindspore.train.callback import Callback
+
+from ..session.session import Session
+from .mindspore_pynative import LEVELS as _PYNATIVE_LEVELS
+from .mindspore_pynative import PyNativeAdapter
+
+LEVELS = _PYNATIVE_LEVELS
+
+
+def mindspore_info() -> tuple[str, str]:
+    """(MindSpore version, device target in lower case: ``cpu`` / ``gpu`` / ``ascend``)."""
+    return ms.__version__, str(ms.get_context("device_target")).lower()
+
+
+def graph_mode() -> bool:
+    return ms.get_context("mode") == ms.GRAPH_MODE
+
+
+def MindSporeAdapter(model: Any, level: str, session: Session, *, retain: bool = True,  # noqa: N802
+                     retain_copy: bool = False) -> Any:
+    """The capture for ``model`` in the current execution mode (see the module docstring)."""
+    if level not in LEVELS:
+        raise ValueError(f"unknown level {level!r}; choose one of {', '.join(LEVELS)}")
+    if graph_mode():
+        from .mindspore_graph_live import GraphAdapter
+
+        return GraphAdapter(model, level, session, retain=retain)
+    return PyNativeAdapter(model, level, session, retain=retain, retain_copy=retain_copy)
+
+
+class StepCallback(Callback):
+    """``mindspore.train.Model`` callback: every training step is one debugger step.
+
+    Like MindInsight's debugger it needs ``dataset_sink_mode=False`` (with sink mode a whole epoch
+    runs on the device as one call and no step boundary is visible); it raises a ``ValueError`` at
+    ``on_train_begin`` otherwise. (On CPU MindSpore itself turns sink mode off.)
+
+    >>> # model.train(2, dataset, callbacks=[StepCallback(dbg)], dataset_sink_mode=False)
+    """
+
+    def __init__(self, debugger: Any) -> None:
+        super().__init__()
+        self.debugger = debugger
+
+    def on_train_begin(self, run_context: Any) -> None:
+        params = run_context.original_args()
+        if params.get("dataset_sink_mode", False):
+            raise ValueError(
+                "nbdebug needs Model.train(..., dataset_sink_mode=False): with dataset sink mode a whole "
+                "epoch runs as one device call, so steps cannot be observed or paused (MindInsight's "
+                "debugger had the same requirement)")
+        adapter = self.debugger._adapter
+        if adapter.auto_step:  # steps are marked here from now on
+            adapter.auto_step = False
+
+    def on_train_step_end(self, run_context: Any) -> None:
+        dbg = self.debugger
+        if dbg.closed:
+            return
+        a = dbg._adapter
+        if len(dbg.session.recorder):
+            a.end_step()

@@ -1,0 +1,301 @@
+"""MindSpore GRAPH mode, live: MindSpore's kernel dump read back after every graph run.
+
+Attaching arms the dump (:func:`~nbdebug.frameworks.mindspore_graph.arm_kernel_dump`: a config in a
+private temporary directory, ``MINDSPORE_DUMP_CONFIG`` set before the first graph compile) and wraps
+the two places where compiled graphs run (``_CellGraphExecutor.__call__`` for Cells, ``_JitExecutor.__call__``
+for ``mindspore.jit`` functions). After each run the new ``{graph}/{iteration}`` directory is read:
+kernels become nodes named by their full scope name, in execution order, with their ``.npy`` files as
+slots (statistics on the host with the native kernel; values retained as file handles). Nodes are
+announced one by one (so ``check="node"`` watchpoints, ``run_to`` and ``next_node`` work while the step
+is replayed) and the run ends the step — unless the user marks steps with ``Debugger.step()`` or
+:class:`~nbdebug.frameworks.mindspore_adapter.StepCallback`. Control therefore acts between
+training-step calls: the graph has already run when its nodes are shown.
+
+Only graphs that use the model's parameters are recorded; others are deleted unread. The dump keeps
+the iterations still needed (current and previous step); closing deletes the dumped tensors (the small
+graph files stay until the process exits, when the whole temporary directory is removed).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from typing import Any
+
+import mindspore as ms
+import numpy as np
+from mindspore import nn
+from mindspore.common.api import _pynative_executor
+
+from ..session.session import Session
+from . import mindspore_graph as kd
+
+try:
+    from mindspore.graph import api as _gapi
+except ImportError:  # pragma: no cover - older MindSpore keeps these in common.api
+    from mindspore.common import api as _gapi
+
+_GRAPH_CACHE: dict[tuple[str, int], kd.KernelGraph] = {}
+
+
+class _Copy:
+    """Retention handle for an initial parameter value (a host copy)."""
+
+    __slots__ = ("array", "nbytes", "__weakref__")
+
+    def __init__(self, array: np.ndarray) -> None:
+        self.array = array
+        self.nbytes = int(array.nbytes)
+
+    def numpy(self) -> np.ndarray:
+        return self.array.copy()
+
+
+class _RunPatch:
+    """Wraps the graph executors once the dump is armed, and keeps them wrapped.
+
+    MindSpore cannot switch its kernel dump off once it has read the config, so when no debugger is
+    attached the wrapper only deletes what each graph run dumped (outputs are untouched either way).
+    """
+
+    def __init__(self) -> None:
+        self.adapters: list[GraphAdapter] = []
+        self.installed = False
+        self.lock = threading.Lock()
+        self.depth = threading.local()
+
+    def install(self, adapter: GraphAdapter | None = None) -> None:
+        with self.lock:
+            if adapter is not None:
+                self.adapters.append(adapter)
+            if self.installed:
+                return
+            for cls in (getattr(_gapi, "_CellGraphExecutor", None), getattr(_gapi, "_JitExecutor", None)):
+                if cls is not None:
+                    cls.__call__ = self._wrap(cls.__call__)
+            self.installed = True
+
+    def uninstall(self, adapter: GraphAdapter) -> None:
+        with self.lock:
+            if adapter in self.adapters:
+                self.adapters.remove(adapter)
+
+    def _wrap(self, call: Any) -> Any:
+        patch = self
+
+        def __call__(executor, *args, **kwargs):
+            depth = getattr(patch.depth, "n", 0)
+            patch.depth.n = depth + 1
+            try:
+                out = call(executor, *args, **kwargs)
+            finally:
+                patch.depth.n = depth
+            if depth == 0:
+                _forget_config()
+                adapters = list(patch.adapters)
+                for a in adapters:
+                    a.after_run()
+                if not adapters:
+                    _sweep()
+            return out
+
+        __call__.__nbdebug_wrapped__ = True
+        __call__.__wrapped__ = call
+        return __call__
+
+
+def arm(parse_now: bool = True) -> str:
+    """Arm MindSpore's kernel dump for this process now (before any GRAPH-mode compile) and start
+    cleaning up after graph runs; returns the dump directory. ``Debugger`` does this on attach in
+    GRAPH mode; call it early when a graph may be compiled before the debugger is created.
+
+    ``parse_now`` compiles a one-op graph at once so that MindSpore reads the config now; the
+    environment variable is then removed, and child processes do not inherit it."""
+    kd.arm_kernel_dump()
+    _RUNS.install()
+    if parse_now:
+        ms.jit(_one)(ms.Tensor(np.zeros(1, np.float32)))
+    return kd.armed_dump_dir()
+
+
+def _one(x):
+    return x + 1
+
+
+def _forget_config() -> None:
+    """MindSpore has compiled a graph, so it has read the dump config: drop the variable (children of
+    this process must not write into this process's dump)."""
+    cfg = kd._ARMED.get("config")
+    if cfg is not None and os.environ.get(kd.ENV) == cfg:
+        del os.environ[kd.ENV]
+
+
+def _sweep() -> None:
+    """No debugger attached: delete the tensors MindSpore just dumped."""
+    dump = kd.armed_dump_dir()
+    if dump and os.path.isdir(dump):
+        _pynative_executor.sync()
+        for rank in kd.find_rank_dirs(dump):
+            for _, _, path in kd.iteration_dirs(rank):
+                kd.remove_files(os.path.join(path, f) for f in os.listdir(path))
+
+
+_RUNS = _RunPatch()
+
+
+class GraphAdapter:
+    """Attaches to one ``mindspore.nn.Cell`` trained in GRAPH mode and feeds a :class:`Session`."""
+
+    framework = "mindspore"
+
+    def __init__(self, model: nn.Cell, level: str, session: Session, *, retain: bool = True) -> None:
+        self.level = level
+        self.session = session
+        self.model_ref = weakref.ref(model)
+        self.model_class = type(model).__name__
+        self.capturing = True
+        self.busy = False
+        self.closed = False
+        self.retain = retain
+        self.tap = None
+        self.auto_step = True
+        #: "optimizer" while a finished run is replayed: a terminate request lets the replay complete
+        #: (the parameters are already updated) and unwinds at the step end
+        self.section = "forward"
+        self._lock = threading.RLock()
+        self.root = kd.arm_kernel_dump()
+        self.dump_dir = kd.armed_dump_dir()
+        self.weights = {p.name for p in model.get_parameters()}
+        #: dump files already read (or found at attach), per iteration directory
+        self._consumed: dict[str, set[str]] = {}
+        self._step_files: dict[int, list[str]] = {}
+        self.runs = 0
+        self.recorder = kd.RunRecorder(session, retain=retain, weights=self.weights, emit=self._emit_node)
+        session.raw_source = self.recorder.raw
+        session.kernel_graphs = {}  # type: ignore[attr-defined]
+        if not _RUNS.adapters:
+            _sweep()  # leftovers of runs nobody read
+        for rank in self._rank_dirs():
+            self._new_files(rank)  # another debugger's files are not ours
+        if retain:
+            for p in model.get_parameters():
+                arr = p.asnumpy().copy() if p.dtype != ms.bfloat16 else p.astype(ms.float32).asnumpy().copy()
+                session.store.offer((f"Parameter.{p.name}", "output.0"), _Copy(arr), "initial")
+        _RUNS.install(self)
+
+    # -- the dump ---------------------------------------------------------------------------------
+    def _rank_dirs(self) -> list[str]:
+        return kd.find_rank_dirs(self.dump_dir) if os.path.isdir(self.dump_dir) else []
+
+    def _new_files(self, rank: str) -> list[tuple[int, int, str, list[str]]]:
+        """(iteration, graph id, directory, new file names) since the last look."""
+        out = []
+        for it, g, path in kd.iteration_dirs(rank):
+            names = {f for f in os.listdir(path) if f.endswith(".npy")}
+            done = self._consumed.setdefault(path, set())
+            done &= names  # forget what was deleted
+            new = sorted(names - done)
+            if new:
+                done.update(new)
+                out.append((it, g, path, new))
+        return out
+
+    def _graph(self, rank_dir: str, graph_id: int) -> kd.KernelGraph:
+        key = (os.path.basename(rank_dir), graph_id)
+        kg = _GRAPH_CACHE.get(key)
+        if kg is None:
+            kg = _GRAPH_CACHE[key] = kd.load_kernel_graph(rank_dir, graph_id)
+        return kg
+
+    def after_run(self) -> None:
+        """A compiled graph finished running: record what it dumped."""
+        if self.closed:
+            return
+        _pynative_executor.sync()  # the graph runs on after the call returns; so does its dump
+        ranks = self._rank_dirs()
+        if not ranks:
+            raise RuntimeError(
+                "MindSpore wrote no kernel dump for this graph: it reads MINDSPORE_DUMP_CONFIG only when it "
+                "compiles the first graph of the process, and a graph was compiled before this Debugger was "
+                "created. Restart the kernel and create nbdebug.Debugger(...) before the first GRAPH_MODE call.")
+        rank = ranks[0]
+        recorded = False
+        for _it, g, path, names in self._new_files(rank):
+            files = [os.path.join(path, f) for f in names]
+            if not self.capturing:
+                kd.remove_files(files)
+                continue
+            kg = self._graph(rank, g)
+            if not (kg.weight_names & self.weights):
+                if len(_RUNS.adapters) == 1:  # a graph that does not run this model (nor another's)
+                    kd.remove_files(files)
+                continue
+            self.session.kernel_graphs[kg.file] = g  # type: ignore[attr-defined]
+            self._step_files.setdefault(self.session.step_index, []).extend(files)
+            self.section = "optimizer"
+            try:
+                self.recorder.record(kg, path, files=kd.index_files(path, names))
+            finally:
+                self.section = "forward"
+            self.runs += 1
+            recorded = True
+        if recorded and self.auto_step:
+            self.end_step()
+
+    def _emit_node(self, node: Any) -> None:
+        s = self.session
+        node.order = s.order
+        s.order += 1
+        if s.has_listeners("node"):
+            self.busy = True
+            try:
+                s.emit("node", node)
+            finally:
+                self.busy = False
+
+    # -- steps ------------------------------------------------------------------------------------
+    def end_step(self) -> None:
+        with self._lock:
+            raw = self.recorder.raw()
+            self.session.end_step(raw)
+            self.recorder.new_step()
+            self._prune()
+        self.busy = True
+        try:
+            self.session.emit("step", self.session.step_index - 1)
+        finally:
+            self.busy = False
+
+    def _prune(self) -> None:
+        """Keep the files of the current and previous step only (the store holds nothing older); with
+        ``retain=False`` nothing of a finished step."""
+        keep_from = self.session.step_index - (2 if self.retain else 0)
+        for step in [s for s in self._step_files if s < keep_from]:
+            kd.remove_files(self._step_files.pop(step))
+
+    def thread_exit(self) -> None:
+        self.busy = False
+        self.section = "forward"
+        if len(self.session.recorder) and not self.closed:
+            self.end_step()
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.capturing = False
+        _RUNS.uninstall(self)
+        for rank in self._rank_dirs():  # later debuggers may re-run these graphs: keep them parsed
+            for g in kd.graph_ids(rank):
+                try:
+                    self._graph(rank, g)
+                except ValueError:
+                    pass
+        # the tensors go now; the small graph files stay until exit (MindSpore creates its directories
+        # once per process and would fail to write into removed ones)
+        if not _RUNS.adapters:
+            _sweep()
+        else:
+            kd.remove_files(p for ps in self._step_files.values() for p in ps)
+        self._step_files.clear()

@@ -1,0 +1,252 @@
+"""Real ``mindstudio-probe`` dumps for the load/compare tests, made on demand and cached per pytest run.
+
+msProbe's ``PrecisionDebugger`` is a process-wide singleton, so each dump is written by a subprocess
+running this file (``python msprobe_runs.py torch|mindspore ...``). The models are tiny; a dump takes a
+few seconds (mostly imports).
+
+MindSpore 2.10 on CPU has no kernel for ``mint.norm`` (LinalgVectorNorm), which msProbe's MindSpore
+statistics call; the MindSpore runs give msProbe's data processor ``ops.norm`` instead (same value: the
+L2 norm). Nothing else of msProbe is touched.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+@functools.cache
+def root() -> str:
+    """A temporary folder for this pytest run's dumps (removed at exit)."""
+    path = tempfile.mkdtemp(prefix="nbdebug-msprobe-")
+    atexit.register(shutil.rmtree, path, True)
+    return path
+
+
+def _config(path: str, task: str, level: str, dump_path: str) -> None:
+    cfg = {"task": task, "dump_path": dump_path, "rank": [], "step": [], "level": level, "extra_info": True,
+           "async_dump": False,
+           "statistics": {"scope": [], "list": [], "data_mode": ["all"], "summary_mode": "statistics"},
+           "tensor": {"scope": [], "list": [], "data_mode": ["all"]}}
+    with open(path, "w") as f:
+        json.dump(cfg, f)
+
+
+def _run(args: list[str], name: str) -> str:
+    out = os.path.join(root(), name)
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(HERE) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, __file__, *args, out], capture_output=True, text=True, env=env,
+                          timeout=300)
+    if proc.returncode != 0:
+        raise RuntimeError(f"msprobe run {args} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return out
+
+
+@functools.cache
+def torch_dump(task: str = "statistics", level: str = "mix", variant: str = "base", steps: int = 2) -> str:
+    """Dump root of ``TorchNet`` trained ``steps`` SGD steps under msProbe (PyTorch).
+
+    ``variant``: ``base``; ``perturbed`` (fc2's weight + 1e-3·noise); ``inf`` (an overflow in the block at
+    step 1); ``port`` / ``port_changed`` (``PortNet``, see :func:`mindspore_dump`).
+    """
+    return _run(["torch", task, level, variant, str(steps)], f"torch_{task}_{level}_{variant}_{steps}")
+
+
+@functools.cache
+def mindspore_dump(task: str = "tensor", level: str = "L0", variant: str = "port", steps: int = 1) -> str:
+    """Dump root of the MindSpore port of ``PortNet`` (same weights and inputs as the torch ``port`` run).
+
+    ``variant="port_changed"`` uses LeakyReLU(0.2) for ``act`` instead of ReLU: one changed layer.
+    """
+    return _run(["mindspore", task, level, variant, str(steps)], f"ms_{task}_{level}_{variant}_{steps}")
+
+
+# --------------------------------------------------------------------------------------------------
+# the subprocess side
+# --------------------------------------------------------------------------------------------------
+
+
+def _port_arrays():
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    w = {
+        "fc1.weight": rng.standard_normal((16, 8)).astype(np.float32) * 0.3,
+        "fc1.bias": rng.standard_normal(16).astype(np.float32) * 0.1,
+        "fc2.weight": rng.standard_normal((4, 16)).astype(np.float32) * 0.3,
+        "fc2.bias": rng.standard_normal(4).astype(np.float32) * 0.1,
+    }
+    xs = [rng.standard_normal((4, 8)).astype(np.float32) for _ in range(3)]
+    ys = [rng.standard_normal((4, 4)).astype(np.float32) for _ in range(3)]
+    return w, xs, ys
+
+
+@functools.cache
+def torch_models():
+    """``(TorchNet, PortNet)`` classes (torch imported on first use)."""
+    import torch.nn as nn
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(16, 16)
+            self.blow = False
+
+        def forward(self, x):
+            h = self.lin(x)
+            if self.blow:
+                h = h * 1e30
+                h = h * 1e30  # float32 overflow: inf first appears in this multiplication
+            return self.lin(h)
+
+    class TorchNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1 = nn.Linear(8, 16)
+            self.act = nn.ReLU()
+            self.block = Block()
+            self.fc2 = nn.Linear(16, 4)
+
+        def forward(self, x):
+            x = self.act(self.fc1(x))
+            return self.fc2(self.block(x) + x)
+
+    class PortNet(nn.Module):
+        def __init__(self, changed: bool):
+            super().__init__()
+            self.fc1 = nn.Linear(8, 16)
+            self.act = nn.LeakyReLU(0.2) if changed else nn.ReLU()
+            self.fc2 = nn.Linear(16, 4)
+
+        def forward(self, x):
+            return self.fc2(self.act(self.fc1(x)))
+
+    return TorchNet, PortNet
+
+
+def torch_setup(variant: str):
+    """``(model, batches)`` of a variant, built exactly as the dump runs build them."""
+    import torch
+
+    TorchNet, PortNet = torch_models()
+    torch.manual_seed(0)
+    if variant.startswith("port"):
+        model = PortNet(variant == "port_changed")
+        w, xs, ys = _port_arrays()
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                p.copy_(torch.from_numpy(w[name]))
+        return model, [(torch.from_numpy(x), torch.from_numpy(y)) for x, y in zip(xs, ys, strict=True)]
+    model = TorchNet()
+    if variant == "perturbed":
+        g = torch.Generator().manual_seed(1)
+        with torch.no_grad():
+            model.fc2.weight.add_(1e-3 * torch.randn(model.fc2.weight.shape, generator=g))
+    g = torch.Generator().manual_seed(0)
+    return model, [(torch.randn(2, 8, generator=g), torch.randn(2, 4, generator=g)) for _ in range(3)]
+
+
+def torch_train(model, batches, steps: int, variant: str, start, stop) -> None:
+    """The training loop of the dump runs; ``start()``/``stop()`` bracket each step."""
+    import torch
+    import torch.nn.functional as F
+
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for step in range(steps):
+        x, y = batches[step]
+        if variant == "inf":
+            model.block.blow = step == 1
+        start()
+        loss = F.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        stop()
+
+
+def _torch_main(task: str, level: str, variant: str, steps: int, out: str) -> None:
+    import numpy as np
+    from msprobe.pytorch import PrecisionDebugger
+
+    os.makedirs(out, exist_ok=True)
+    cfg = os.path.join(out, "config.json")
+    _config(cfg, task, level, os.path.join(out, "dump"))
+    model, batches = torch_setup(variant)
+    dbg = PrecisionDebugger(config_path=cfg)
+
+    def stop():
+        dbg.stop()
+        dbg.step()
+
+    torch_train(model, batches, steps, variant, lambda: dbg.start(model), stop)
+    np.save(os.path.join(out, "done.npy"), np.array([steps]))
+
+
+def _mindspore_main(task: str, level: str, variant: str, steps: int, out: str) -> None:
+    import types
+
+    import mindspore as ms
+    import numpy as np
+    from mindspore import mint, nn, ops
+
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    from msprobe.core.dump.data_dump.data_processor import mindspore_processor
+    from msprobe.mindspore import PrecisionDebugger
+
+    class _Mint(types.ModuleType):  # mint with a CPU-capable norm (see the module docstring)
+        def __getattr__(self, name):
+            return getattr(mint, name)
+
+    proxy = _Mint("mint")
+    proxy.norm = ops.norm
+    mindspore_processor.mint = proxy
+
+    class PortNet(nn.Cell):
+        def __init__(self, changed: bool):
+            super().__init__()
+            self.fc1 = nn.Dense(8, 16)
+            self.act = nn.LeakyReLU(0.2) if changed else nn.ReLU()
+            self.fc2 = nn.Dense(16, 4)
+
+        def construct(self, x):
+            return self.fc2(self.act(self.fc1(x)))
+
+    os.makedirs(out, exist_ok=True)
+    cfg = os.path.join(out, "config.json")
+    _config(cfg, task, level, os.path.join(out, "dump"))
+    net = PortNet(variant == "port_changed")
+    w, xs, ys = _port_arrays()
+    for name, p in net.parameters_and_names():
+        p.set_data(ms.Tensor(w[name]))
+    opt = nn.SGD(net.trainable_params(), learning_rate=0.01)
+    loss_fn = nn.MSELoss()
+
+    def forward(x, y):
+        return loss_fn(net(x), y)
+
+    grad_fn = ms.value_and_grad(forward, None, opt.parameters)
+    dbg = PrecisionDebugger(config_path=cfg)
+    for step in range(steps):
+        x, y = ms.Tensor(xs[step]), ms.Tensor(ys[step])
+        dbg.start(net)
+        _loss, grads = grad_fn(x, y)
+        opt(grads)
+        dbg.stop()
+        dbg.step()
+    np.save(os.path.join(out, "done.npy"), np.array([steps]))
+
+
+if __name__ == "__main__":
+    kind, task, level, variant, steps, out = sys.argv[1:7]
+    if kind == "torch":
+        _torch_main(task, level, variant, int(steps), out)
+    else:
+        _mindspore_main(task, level, variant, int(steps), out)

@@ -1,0 +1,32 @@
+"""Smoke test of bench/overhead_mindspore.py: it runs, detaches cleanly and writes its JSON (no timing assertion)."""
+
+import importlib.util
+import json
+import math
+import sys
+from pathlib import Path
+
+import ms_fixtures  # noqa: F401 - the shared MindSpore import
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "bench" / "overhead_mindspore.py"
+
+
+@pytest.mark.timeout(120)
+def test_overhead_mindspore_bench_smoke(tmp_path):
+    spec = importlib.util.spec_from_file_location("nbdebug_bench_overhead_ms", BENCH)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    try:
+        spec.loader.exec_module(mod)
+        out = tmp_path / "overhead_mindspore.json"
+        mod.main(["--models", "mlp", "--no-msprobe", "--rounds", "1", "--steps", "2", "--warmup", "1",
+                  "--out", str(out)])
+    finally:
+        sys.modules.pop(spec.name, None)
+    data = json.loads(out.read_text())
+    rows = data["models"]["mlp"]
+    assert set(rows) == set(mod.NBDEBUG)
+    assert rows["baseline"]["ratio"] == 1.0
+    assert all(math.isfinite(r["ratio"]) and r["ratio"] > 0 for r in rows.values())
+    assert data["meta"]["rounds"] == 1 and data["meta"]["mindspore"]
