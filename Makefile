@@ -53,7 +53,7 @@ lint: setup
 	$(VENV)/bin/ruff check nbdebug tests bench
 
 test: setup browser lint
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --doctest-modules nbdebug tests
 
 bench: setup
 	$(PY) bench/overhead.py

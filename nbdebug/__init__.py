@@ -2,7 +2,7 @@
 
 >>> import nbdebug
 >>> sorted(nbdebug.__all__)[:3]
-['DebugUnderflowOverflow', 'Debugger', 'NotRetainedError']
+['DebugUnderflowOverflow', 'Debugger', 'MsprobeStep']
 """
 
 from __future__ import annotations

@@ -25,12 +25,13 @@ import mindspore as ms
 import numpy as np
 from mindspore import ops
 
+from ..session.session import RAW_WIDTH, RawRows
+
 try:  # the optional native kernel; MindSpore ops are the fallback
     from nbdebug import _fastats
 except ImportError:  # pragma: no cover - exercised on machines without a compiler
     _fastats = None
 
-RAW_WIDTH = 9
 _FAST_CODES = {
     ms.float32: 0,
     ms.float64: 1,
@@ -70,7 +71,7 @@ def _device_row(t, device: str = "cpu"):
     return ops.stack([p.astype(acc) for p in parts])
 
 
-class StatsBuffer:
+class StatsBuffer(RawRows):
     """Raw statistics rows of one step.
 
     :meth:`add` only queues the tensor — it reads no metadata, because on MindSpore's asynchronous
@@ -81,8 +82,7 @@ class StatsBuffer:
 
     def __init__(self, capacity: int = 1024, *, max_queued: int = 2048, fast: bool | None = None,
                  device: str | None = None) -> None:
-        self._host = np.empty((capacity, RAW_WIDTH), dtype=np.float64)
-        self._n = 0
+        super().__init__(capacity)
         self._queued: list[tuple[int, object]] = []  # (row, tensor): reduced at flush
         self._queued_ids: set[int] = set()
         self._pending: list[tuple[int, object]] = []  # (row, device result vector)
@@ -91,18 +91,6 @@ class StatsBuffer:
         self.device = (device or str(ms.get_context("device_target"))).lower()
         self.fast = (_fastats is not None) if fast is None else (fast and _fastats is not None)
         self.flushes = 0
-
-    def __len__(self) -> int:
-        return self._n
-
-    def _next_row(self) -> int:
-        if self._n == self._host.shape[0]:
-            grown = np.empty((self._host.shape[0] * 2, RAW_WIDTH), dtype=np.float64)
-            grown[: self._n] = self._host[: self._n]
-            self._host = grown
-        row = self._n
-        self._n += 1
-        return row
 
     def add(self, t) -> int:
         """Queue the statistics of ``t``; returns its row (filled in at :meth:`flush`)."""

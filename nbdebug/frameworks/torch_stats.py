@@ -18,12 +18,13 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..session.session import RAW_WIDTH, RawRows
+
 try:  # the optional native kernel; the torch path below is the fallback
     from nbdebug import _fastats
 except ImportError:  # pragma: no cover - exercised on machines without a compiler
     _fastats = None
 
-RAW_WIDTH = 9
 _FAST_CODES = {
     torch.float32: 0,
     torch.float64: 1,
@@ -78,26 +79,13 @@ def _device_row(t: torch.Tensor) -> torch.Tensor:
                         ninf.to(acc)])
 
 
-class StatsBuffer:
+class StatsBuffer(RawRows):
     """Raw statistics rows of one step."""
 
     def __init__(self, capacity: int = 1024) -> None:
-        self._host = np.empty((capacity, RAW_WIDTH), dtype=np.float64)
-        self._n = 0
+        super().__init__(capacity)
         self._pending: list[tuple[int, torch.Tensor]] = []  # rows still on a device
         self.fast = _fastats is not None
-
-    def __len__(self) -> int:
-        return self._n
-
-    def _next_row(self) -> int:
-        if self._n == self._host.shape[0]:
-            grown = np.empty((self._host.shape[0] * 2, RAW_WIDTH), dtype=np.float64)
-            grown[: self._n] = self._host[: self._n]
-            self._host = grown
-        row = self._n
-        self._n += 1
-        return row
 
     def add(self, t: torch.Tensor) -> tuple[int, str, str | None]:
         """Queue the statistics of ``t``; returns (row, dtype name, unsupported reason or None)."""

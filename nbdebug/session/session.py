@@ -25,6 +25,31 @@ from .store import NotRetainedError, TensorStore
 RAW_WIDTH = 9  # max, min, sum, abs_sum, sq_sum, zero, nan, +inf, -inf
 
 
+class RawRows:
+    """Growable host matrix of raw stats rows (one per captured tensor of a step), shared by adapters.
+
+    >>> r = RawRows(capacity=1)
+    >>> r._next_row(), r._next_row(), len(r)
+    (0, 1, 2)
+    """
+
+    def __init__(self, capacity: int = 1024) -> None:
+        self._host = np.empty((max(1, capacity), RAW_WIDTH), dtype=np.float64)
+        self._n = 0
+
+    def __len__(self) -> int:
+        return self._n
+
+    def _next_row(self) -> int:
+        if self._n == self._host.shape[0]:
+            grown = np.empty((self._host.shape[0] * 2, RAW_WIDTH), dtype=np.float64)
+            grown[: self._n] = self._host[: self._n]
+            self._host = grown
+        row = self._n
+        self._n += 1
+        return row
+
+
 def raw_to_fields(raw: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """Convert raw reduction rows (sums) into :data:`FIELDS` rows (means, norm, count)."""
     out = np.empty((raw.shape[0], len(FIELDS)))
