@@ -41,3 +41,27 @@ def test_gradscaler_history_and_persisting_overflow_pauses_training():
     assert dbg.step_index == 8
     dbg.close()
     assert "update" not in scaler.__dict__  # unwrapped on close
+
+
+def test_panel_header_shows_the_loss_scale_and_overflow_run():
+    from nbdebug.ui.panel import Panel
+
+    model = nn.Linear(3, 1)
+    dbg = nbdebug.Debugger(model, level="L0")
+    scaler = torch.amp.GradScaler("cpu", init_scale=256.0)
+    dbg.track_loss_scale(scaler)
+    panel = Panel(dbg, recommend=False)
+    assert panel.header._ls_box.layout.display == "none"  # nothing tracked yet: no field
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for bad in (False, True, True):
+        opt.zero_grad()
+        loss = model(torch.ones(2, 3)).sum() * (float("inf") if bad else 1.0)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+    panel.flush()
+    assert panel.header._ls_box.layout.display is None
+    assert panel.header.loss_scale.value.startswith("128")  # the scale the last step ran with (256, halved once)
+    assert "overflow 2 steps in a row" in panel.header.loss_scale.value
+    panel.close()
+    dbg.close()

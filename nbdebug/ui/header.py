@@ -1,7 +1,8 @@
 """The panel header: framework and version, device, process id, current step, state, hit count.
 
 Each value is its own small widget with a stable CSS class (``nbdebug-framework``, ``nbdebug-device``,
-``nbdebug-pid``, ``nbdebug-step``, ``nbdebug-state``, ``nbdebug-hit-count``), so a browser test reads
+``nbdebug-pid``, ``nbdebug-step``, ``nbdebug-state``, ``nbdebug-hit-count``, and — once a loss scale is
+tracked (``dbg.track_loss_scale(scaler)``) — ``nbdebug-loss-scale``), so a browser test reads
 one value per element; :meth:`Header.refresh` only assigns values that changed, so an idle header sends
 nothing to the frontend.
 """
@@ -39,9 +40,11 @@ class Header:
         self.step, f4 = _field("Step", "nbdebug-step")
         self.state, f5 = _field("State", "nbdebug-state")
         self.hit_count, f6 = _field("Hits", "nbdebug-hit-count")
+        self.loss_scale, self._ls_box = _field("Loss scale", "nbdebug-loss-scale")
+        self._ls_box.layout.display = "none"
         self.reason = w.HTML("")
         self.reason.add_class("nbdebug-pause-reason")
-        self.widget = w.HBox([f1, f2, f3, f4, f5, f6, self.reason],
+        self.widget = w.HBox([f1, f2, f3, f4, f5, f6, self._ls_box, self.reason],
                              layout=w.Layout(flex_flow="row wrap", align_items="center"))
         self.widget.add_class("nbdebug-header")
         self.refresh()
@@ -57,10 +60,27 @@ class Header:
         colour = _STATE_COLOURS.get(state, "#57606a")
         _set(self.state, f"<span style='color:{colour};font-weight:bold' data-state='{state}'>{state}</span>")
         _set(self.hit_count, str(sum(1 for h in self.source.hits if h.hits)))
+        self._refresh_loss_scale()
         reason = self.source.pause_reason if state == "paused" else ""
         node = self.source.current_node if state == "paused" else None
         text = reason + (f" at {node}" if node and node not in reason else "")
         _set(self.reason, f"<i>{html.escape(text)}</i>" if text else "")
+
+
+    def _refresh_loss_scale(self) -> None:
+        """Latest scale, and the current run of overflowing steps (red) — seed 003's persistent overflow."""
+        tracker = getattr(self.source.obj, "loss_scale", None)
+        history = tracker.history() if tracker is not None and hasattr(tracker, "history") else []
+        if not history:
+            return
+        last = history[-1]
+        run = getattr(tracker, "overflow_run", 0)
+        text = f"{last.scale:g}"
+        if run:
+            text += f" <span style='color:#cf222e'>· overflow {run} step{'s' if run != 1 else ''} in a row</span>"
+        _set(self.loss_scale, text)
+        if self._ls_box.layout.display == "none":
+            self._ls_box.layout.display = None
 
 
 def _set(widget: Any, value: str) -> None:
