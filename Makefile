@@ -57,7 +57,6 @@ test: setup browser lint
 
 bench: setup
 	$(PY) bench/overhead.py
-	$(PY) bench/overhead_mindspore.py
 	$(PY) bench/watch.py
 	$(PY) bench/ui.py
 	$(PY) bench/compare.py

@@ -416,6 +416,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
     ap.add_argument("--quick", action="store_true", help="few rounds and steps: a smoke run, not a measurement")
     ap.add_argument("--no-msprobe", action="store_true", help="skip the msProbe configurations")
+    ap.add_argument("--no-mindspore", action="store_true",
+                    help="skip the MindSpore PyNative rows (bench/overhead_mindspore.py, run in its own process)")
     ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads everywhere (default 1)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON results (default {DEFAULT_OUT})")
@@ -510,6 +512,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                                        "met_min": bool(cfgs[cfg]["ratio_min"] <= target)}
     if profile is not None:
         results["profile"] = {"model": args.models[-1], "config": args.profile, "text": profile}
+    if not args.no_mindspore:
+        results["mindspore"] = mindspore_rows(args.quick, rounds, steps, warmup, with_msprobe, args.out)
 
     print(format_table(results))
     if profile is not None:
@@ -519,6 +523,22 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args.out.write_text(json.dumps(results, indent=1))
     print(f"\nwrote {args.out}")
     return results
+
+
+def mindspore_rows(quick: bool, rounds: int, steps: int, warmup: int, with_msprobe: bool,
+                   out: Path) -> dict[str, Any]:
+    """MindSpore PyNative rows: nbdebug vs msProbe's MindSpore dump at the same levels, same method
+    (interleaved, median of rounds), in a process of their own (one MindSpore import, no torch mixing)."""
+    ms_out = out.with_name(out.stem + "_mindspore.json")
+    cmd = [sys.executable, str(Path(__file__).with_name("overhead_mindspore.py")), "--rounds", str(rounds),
+           "--steps", str(steps), "--warmup", str(warmup), "--out", str(ms_out)]
+    if quick:
+        cmd.append("--quick")
+    if not with_msprobe:
+        cmd.append("--no-msprobe")
+    print("\nMindSpore PyNative (bench/overhead_mindspore.py):", flush=True)
+    subprocess.run(cmd, check=True)
+    return json.loads(ms_out.read_text())
 
 
 def format_table(results: dict[str, Any]) -> str:

@@ -28,7 +28,7 @@ def overhead():
 def test_overhead_bench_smoke(overhead, tmp_path, capsys):
     out = tmp_path / "overhead.json"
     threads = torch.get_num_threads()
-    overhead.main(["--models", "mlp", "--quick", "--no-msprobe", "--rounds", "1", "--steps", "2",
+    overhead.main(["--models", "mlp", "--quick", "--no-msprobe", "--no-mindspore", "--rounds", "1", "--steps", "2",
                    "--warmup", "2", "--out", str(out)])
     assert torch.get_num_threads() == threads  # the bench restores the thread count
 
