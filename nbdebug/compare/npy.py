@@ -16,7 +16,6 @@ costs 5, so insertions are preferred to mismatched pairs).
 
 from __future__ import annotations
 
-import csv
 import html
 import math
 import os
@@ -26,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .metrics import close_report
+from .table import TupleTable
 
 _PREFIX = re.compile(r"^(\d+)")
 PAIRINGS = ("name", "order", "shape")
@@ -55,7 +55,7 @@ class NpyPair:
         return "pass" if self.allclose else "error"
 
 
-class NpyCompareResult:
+class NpyCompareResult(TupleTable):
     """Pairs of a folder comparison, in pairing order."""
 
     def __init__(self, rows: list[NpyPair], dir_a: str, dir_b: str, pairing: str, rtol: float, atol: float,
@@ -84,20 +84,6 @@ class NpyCompareResult:
     def records(self) -> list[tuple]:
         return [(r.name_a, r.name_b, r.shape_a, r.shape_b, r.dtype_a, r.dtype_b, r.allclose, r.close_pct,
                  r.cosine, r.mean_abs_diff, r.max_abs_diff, r.message) for r in self.rows]
-
-    def to_csv(self, path: str | os.PathLike) -> str:
-        path = os.fspath(path)
-        with open(path, "w", newline="", encoding="utf-8") as f:
-            w = csv.writer(f)
-            w.writerow(self.COLUMNS)
-            for rec in self.records():
-                w.writerow(["" if v is None else v for v in rec])
-        return path
-
-    def to_dataframe(self):
-        import pandas as pd
-
-        return pd.DataFrame(self.records(), columns=list(self.COLUMNS))
 
     def __len__(self) -> int:
         return len(self.rows)

@@ -12,10 +12,8 @@ table of both sides and, per pair, shape equality, allclose, max/mean ``|diff|``
 
 from __future__ import annotations
 
-import csv
 import html
 import math
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +22,7 @@ import numpy as np
 
 from .mapping import PT_TO_MS_PARAM
 from .metrics import close_report
+from .table import TupleTable
 
 #: PyTorch buffers that MindSpore does not have
 PT_ONLY = ("num_batches_tracked",)
@@ -61,7 +60,7 @@ class ParamCounts:
     trainable_elements: int
 
 
-class WeightCompareResult:
+class WeightCompareResult(TupleTable):
     """Pairs of parameters, counts and the shape table of a ``.pth`` / ``.ckpt`` comparison."""
 
     def __init__(self, rows: list[WeightPair], pth_counts: ParamCounts, ckpt_counts: ParamCounts,
@@ -102,20 +101,6 @@ class WeightCompareResult:
     def records(self) -> list[tuple]:
         return [(r.pth, r.ckpt, r.pth_shape, r.ckpt_shape, r.shape_match, r.allclose, r.max_abs_diff,
                  r.mean_abs_diff, r.cosine, r.message) for r in self.rows]
-
-    def to_csv(self, path: str | os.PathLike) -> str:
-        path = os.fspath(path)
-        with open(path, "w", newline="", encoding="utf-8") as f:
-            w = csv.writer(f)
-            w.writerow(self.COLUMNS)
-            for rec in self.records():
-                w.writerow(["" if v is None else v for v in rec])
-        return path
-
-    def to_dataframe(self):
-        import pandas as pd
-
-        return pd.DataFrame(self.records(), columns=list(self.COLUMNS))
 
     def summary(self) -> str:
         p, c = self.pth_counts, self.ckpt_counts
