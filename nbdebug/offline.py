@@ -242,10 +242,11 @@ class OfflineSession:
 
     Watchpoints are evaluated on every step of the dump as soon as they are created or changed
     (``auto_check``); :meth:`recheck` evaluates them again.
+    Example (with dumps on disk)::
 
-    >>> import nbdebug  # doctest: +SKIP
-    >>> off = nbdebug.load("dumps/step0")  # doctest: +SKIP
-    >>> off.watch("TO"); off.hits  # doctest: +SKIP
+        import nbdebug
+        off = nbdebug.load("dumps/step0")
+        off.watch("TO"); off.hits
     """
 
     def __init__(self, session: Session, *, path: str = "", layout: str = "", meta: Mapping[str, Any] | None = None,

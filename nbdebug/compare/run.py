@@ -21,10 +21,11 @@ statistics mode.
 
 ``first_divergence``: the earliest target node in execution order with a flagged output while none of
 its data inputs (``input.*`` slots; parameters do not count) is flagged.
+Example (with dumps on disk)::
 
->>> import nbdebug  # doctest: +SKIP
->>> res = nbdebug.compare("ms_dump/step0", "pt_dump/step0")  # doctest: +SKIP
->>> res.first_divergence, res.to_csv("compare.csv")  # doctest: +SKIP
+    import nbdebug
+    res = nbdebug.compare("ms_dump/step0", "pt_dump/step0")
+    res.first_divergence, res.to_csv("compare.csv")
 """
 
 from __future__ import annotations

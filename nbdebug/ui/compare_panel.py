@@ -17,8 +17,10 @@ Stable CSS classes (for browser tests)::
     nbdebug-compare-detail          the details of the selected row; nbdebug-compare-tensors the heatmaps
     nbdebug-compare-graph-target / nbdebug-compare-graph-golden   the two graphs
 
->>> import nbdebug  # doctest: +SKIP
->>> nbdebug.compare("run_a", "run_b").panel()  # doctest: +SKIP
+Example (with dumps on disk)::
+
+    import nbdebug
+    nbdebug.compare("run_a", "run_b").panel()
 """
 
 from __future__ import annotations
