@@ -28,6 +28,8 @@ import mindspore as ms
 import numpy as np
 from mindspore import mint, ops
 
+from .encode import describe_plain
+
 try:
     from mindspore._c_expression.typing import Number as _MSNumber
 except ImportError:  # pragma: no cover
@@ -198,18 +200,9 @@ class MindSporeIO:
             return None
         if key == "dtype" or isinstance(x, (_MSNumber, _MS_DTYPE)):
             return {"type": "mindspore.dtype", "value": str(x)}
-        if isinstance(x, slice):
-            vals = []
-            for v in (x.start, x.stop, x.step):
-                try:
-                    vals.append(None if v is None else int(v))
-                except (TypeError, ValueError):
-                    vals.append(None)
-            return {"type": "slice", "value": vals}
-        if x is Ellipsis:
-            return {"type": "ellipsis", "value": "..."}
-        if isinstance(x, (bool, int, float, str)):
-            return {"type": type(x).__name__, "value": x}
+        plain = describe_plain(x)
+        if plain is not None:
+            return plain
         if isinstance(x, _NP_SCALARS):
             return {"type": type(x).__name__, "value": x.item()}
         return None

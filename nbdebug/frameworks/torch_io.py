@@ -35,6 +35,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from .encode import describe_plain
+
 _INPLACE_DUNDERS = frozenset({
     "__iadd__", "__isub__", "__imul__", "__itruediv__", "__setitem__", "__ifloordiv__", "__imod__", "__ipow__",
     "__iand__", "__ior__", "__ixor__", "__ilshift__", "__irshift__",
@@ -333,18 +335,9 @@ class TorchIO:
             if isinstance(x, torch.device):
                 return {"type": "torch.device", "value": f"{x.type}:{x.index}"}
             return {"type": "torch.device"}
-        if isinstance(x, slice):
-            vals = []
-            for v in (x.start, x.stop, x.step):
-                try:
-                    vals.append(None if v is None else int(v))
-                except (TypeError, ValueError):
-                    vals.append(None)
-            return {"type": "slice", "value": vals}
-        if x is Ellipsis:
-            return {"type": "ellipsis", "value": "..."}
-        if isinstance(x, (bool, int, float, str)):
-            return {"type": type(x).__name__, "value": x}
+        plain = describe_plain(x)
+        if plain is not None:
+            return plain
         if isinstance(x, torch.Size):
             return {"type": "torch.Size", "value": [int(v) for v in x]}
         if isinstance(x, torch.memory_format):
