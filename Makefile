@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.nbdebug-installed
 
-.PHONY: lab test setup lint bench clean browser labextension
+.PHONY: lab test setup lint bench clean browser labextension frontend
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -35,7 +35,24 @@ $(LABEXT_LINK): | $(STAMP)
 	rm -rf $@
 	ln -s $(abspath nbdebug/labextension) $@
 
-labextension: $(LABEXT) $(LABEXT_LINK)
+# nbdebug's own front end (graph, heatmap, relationship diagram): one ES module built by esbuild, shipped
+# in the package (ui/static, for export_html) and in the labextension's static files (loaded once per page).
+FRONTEND_SRC := frontend/package.json frontend/build.mjs $(wildcard frontend/src/*.ts)
+FRONTEND := nbdebug/ui/static/nbdebug-ui.js
+FRONTEND_LAB := nbdebug/labextension/static/nbdebug-ui.js
+
+frontend/node_modules/.package-lock.json: frontend/package-lock.json frontend/package.json
+	cd frontend && npm ci --no-audit --no-fund
+
+$(FRONTEND): $(FRONTEND_SRC) frontend/node_modules/.package-lock.json
+	cd frontend && npm run build
+
+$(FRONTEND_LAB): $(FRONTEND) $(LABEXT)
+	cp $(FRONTEND) $@
+
+labextension: $(LABEXT) $(LABEXT_LINK) $(FRONTEND_LAB)
+
+frontend: $(FRONTEND)
 
 setup: $(STAMP) labextension
 
@@ -62,4 +79,5 @@ bench: setup
 	$(PY) bench/compare.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info nbdebug/labextension labextension/lib labextension/node_modules
+	rm -rf $(VENV) build *.egg-info nbdebug/labextension labextension/lib labextension/node_modules \
+		frontend/node_modules nbdebug/ui/static

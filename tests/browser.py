@@ -122,6 +122,8 @@ class LabServer:
             "IPYTHONDIR": str(self.base / "ipython"),
             "JUPYTER_PLATFORM_DIRS": "1",
             "PYTHONUNBUFFERED": "1",
+            # the kernel imports this checkout's nbdebug (also from a git worktree), not the venv's copy
+            "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p),
         })
         env.pop("JUPYTER_TOKEN", None)
         return env

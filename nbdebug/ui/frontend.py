@@ -1,0 +1,141 @@
+"""The kernel side of nbdebug's own front end (``frontend/``, built into ``ui/static/nbdebug-ui.js``).
+
+Every interactive picture of the panel (graph, tensor heatmap, relationship diagram) is a
+:class:`FrontendWidget`: an anywidget whose ``_esm`` is a stub of a few hundred bytes. The stub
+``import()``s the real module from the labextension's static files, so the browser fetches it once per
+page however many panels there are, and the kernel websocket carries only data (see
+``frontend/PROTOCOL.md``). Where the labextension is not installed the stub says so instead of drawing.
+
+Data goes as custom messages, not traits, so a saved notebook's widget state stays small; each widget
+remembers the last message of each type (:meth:`FrontendWidget.recorded`) so a view that renders
+later (a page reload, a second view) can ask for it again with ``hello``, and so a static snapshot
+(``export_html``) can replay it without a kernel.
+
+>>> w = FrontendWidget(view="graph")
+>>> w.post({"type": "marks", "badges": {}})      # no browser listening: kept for the next hello
+>>> [m["type"] for m in w.recorded()]
+['marks']
+>>> len(FrontendWidget._esm) < 2000
+True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anywidget
+import traitlets as t
+
+STATIC = Path(__file__).resolve().parent / "static"
+BUNDLE = "nbdebug-ui.js"
+
+#: The anywidget module: find the labextension's static URL in the page's config and import the bundle
+#: from it (one fetch per page: the browser caches the module by URL). export_html sets window.nbdebugUI.
+STUB = """
+let ui;
+function load() {
+  if (globalThis.nbdebugUI) return Promise.resolve(globalThis.nbdebugUI);
+  if (!ui) {
+    let base = "";
+    try {
+      const cfg = JSON.parse(document.getElementById("jupyter-config-data").textContent);
+      base = cfg.fullLabextensionsUrl || (cfg.baseUrl || "/") + "lab/extensions";
+    } catch (e) { base = "/lab/extensions"; }
+    const url = new URL(base.replace(/\\/$/, "") + "/nbdebug/static/nbdebug-ui.js", location.href).href;
+    ui = import(url).then(m => (globalThis.nbdebugUI = m));
+  }
+  return ui;
+}
+export default {
+  async render({ model, el }) {
+    let m;
+    try { m = await load(); } catch (e) {
+      el.innerHTML = "<div class='nbdebug-missing' style='color:#cf222e'>nbdebug: the front end did not load (" +
+        String(e).replace(/</g, "&lt;") + "). Is the nbdebug JupyterLab extension installed? " +
+        "<code>jupyter labextension list</code></div>";
+      return;
+    }
+    return m.render({ model, el });
+  }
+};
+"""
+
+
+def bundle_source() -> str:
+    """The built front end (for self-contained HTML); a clear error when it has not been built."""
+    path = STATIC / BUNDLE
+    if not path.is_file():
+        raise FileNotFoundError(f"nbdebug's front end is not built ({path}); run `make` "
+                                "(or `cd frontend && npm ci && npm run build`)")
+    return path.read_text(encoding="utf-8")
+
+
+class FrontendWidget(anywidget.AnyWidget):
+    """One picture drawn by nbdebug's front end; ``view`` picks which (graph, heatmap, relations)."""
+
+    _esm = STUB
+    view = t.Unicode("graph").tag(sync=True)
+    height = t.Int(420).tag(sync=True)
+    status = t.Unicode("live").tag(sync=True)
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._last: dict[str, dict[str, Any]] = {}
+        self._handlers: dict[str, Callable[[dict[str, Any], list[Any]], Any]] = {}
+        self.messages_sent = 0
+        self.on_msg(self._dispatch)
+
+    # -- kernel → browser ---------------------------------------------------------------------------
+    def post(self, content: dict[str, Any], buffers: list[Any] | None = None, *, record: bool = True) -> None:
+        """Send ``content`` to every view of this widget (and remember it for later views)."""
+        if record and not buffers:
+            self._last[content["type"]] = content
+        self.messages_sent += 1
+        if self.comm is not None:
+            self.send(content, buffers)
+
+    def recorded(self) -> list[dict[str, Any]]:
+        """The last message of each type, in the order the types were first sent."""
+        return list(self._last.values())
+
+    def forget(self, *types: str) -> None:
+        for ty in types:
+            self._last.pop(ty, None)
+
+    # -- browser → kernel ---------------------------------------------------------------------------
+    def handle(self, msg_type: str, handler: Callable[[dict[str, Any], list[Any]], Any]) -> None:
+        """Call ``handler(content, buffers)`` for browser messages of ``msg_type``."""
+        self._handlers[msg_type] = handler
+
+    def _dispatch(self, _widget: Any, content: Any, buffers: list[Any]) -> None:
+        if not isinstance(content, dict):
+            return
+        ty = content.get("type")
+        handler = self._handlers.get(ty) if isinstance(ty, str) else None
+        if handler is not None:
+            handler(content, buffers)
+        elif ty == "hello":
+            for msg in self.recorded():
+                self.post(msg, record=False)
+
+    def receive(self, content: dict[str, Any], buffers: list[Any] | None = None) -> None:
+        """Act as if the browser had sent ``content`` (tests, and the static replay)."""
+        self._dispatch(self, content, buffers or [])
+
+    def snapshot(self) -> dict[str, Any]:
+        """Traits and recorded messages: what ``renderStatic`` needs to draw this widget with no kernel."""
+        state = {k: getattr(self, k) for k in self.keys if not k.startswith("_") and k not in (
+            "comm", "keys", "log", "layout", "tabbable", "tooltip")}
+        return {"state": _jsonable(state), "messages": self.recorded()}
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, str | int | float | bool) or value is None:
+        return value
+    return str(value)
