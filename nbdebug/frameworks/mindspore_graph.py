@@ -119,6 +119,8 @@ def armed_dump_dir() -> str | None:
 # -- the .ir text -----------------------------------------------------------------------------------
 
 _PARAM_RE = re.compile(r"^%para(\d+)_(.+?): <(Ref\[)?Tensor\[(\w+)\]\]?, \(([^)]*)\)(.*)$")
+#: most lines one IR statement may span (a constant tensor's value is printed in full)
+MAX_CONTINUATION_LINES = 100_000
 _NODE_RE = re.compile(r"^\s+%(\d+)\(([^)]*)\) = ([^\s(]+)\((.*)$")
 _SCOPE_RE = re.compile(r"#\s*Fullname with scope: \((.*)\)\s*$")
 _FILE_RE = re.compile(r"#\s*In file (.+?):(\d+)(?:~\d+)?(?:, [\d~]+)?/(.*)/\s*$")
@@ -182,7 +184,12 @@ def parse_ir(text: str, file: str = "<ir>") -> IRGraph:
     nodes: dict[str, IRNode] = {}
     sub = ""
     last: IRNode | None = None
-    for lineno, line in enumerate(text.splitlines(), 1):
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        i += 1
+        lineno = i
         try:
             if line.startswith("%para"):
                 m = _PARAM_RE.match(line)
@@ -198,7 +205,18 @@ def parse_ir(text: str, file: str = "<ir>") -> IRGraph:
             m = _NODE_RE.match(line)
             if m:
                 n, _alias, op, rest = m.groups()
-                args, _ = _split_args(rest)
+                # A constant tensor argument is printed over several lines (``value=`` then its rows):
+                # the statement goes on until its parentheses balance.
+                while True:
+                    try:
+                        args, _ = _split_args(rest)
+                        break
+                    except ValueError:
+                        if i >= len(lines) or lines[i].startswith(("      #", "  %", "}")) or \
+                                i - lineno > MAX_CONTINUATION_LINES:
+                            raise
+                        rest += " " + lines[i].strip()
+                        i += 1
                 last = IRNode(f"{sub}:{n}", op.removeprefix("PrimFunc_"), args)
                 nodes[last.nid] = last
                 continue

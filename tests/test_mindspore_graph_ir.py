@@ -1,0 +1,117 @@
+"""MindSpore GRAPH mode on real training cells (issue 13): IR statements that span several lines (constant
+tensors printed in full), in fresh processes, live and offline."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import nbdebug
+from nbdebug.frameworks import mindspore_graph as kd
+
+pytestmark = pytest.mark.timeout(300)
+
+# As MindSpore 2.10 prints MSELoss's gradient for a batch of 16: the constant's rows on their own lines.
+MULTILINE_IR = """\
+subgraph @kernel_graph_0() {
+  %7(CNode_35) = PrimFunc_RealDiv(Tensor(shape=[16, 1], dtype=Float32, value=
+[[ 1.00000000e+00]
+ [ 1.00000000e+00]
+ ...
+ [ 1.00000000e+00]]), Tensor(shape=[], dtype=Float32, value=16)) primitive_attrs: {IsFeatureMapOutput: Bool(1)}
+      : (<Tensor[Float32], (16, 1), value=...>, <Tensor[Float32], (), value=...>) -> (<Tensor[Float32], (16, 1)>)
+      # Fullname with scope: (Gradients/Default/network-WithLossCell/_loss_fn-MSELoss/Grad_ReduceMean/RealDiv-op0)
+  %8(CNode_36) = PrimFunc_Mul(%7, %7) primitive_attrs: {}
+      # Fullname with scope: (Gradients/Default/network-WithLossCell/_loss_fn-MSELoss/Mul-op1)
+  Return(%8)
+}
+"""
+
+
+def test_constant_tensor_over_several_lines_parses():
+    ir = kd.parse_ir(MULTILINE_IR)
+    div = ir.by_fullname["Gradients/Default/network-WithLossCell/_loss_fn-MSELoss/Grad_ReduceMean/RealDiv-op0"]
+    assert div.op == "RealDiv" and len(div.args) == 2
+    assert div.args[0].startswith("Tensor(shape=[16, 1]") and div.args[1].endswith("value=16)")
+    mul = ir.by_fullname["Gradients/Default/network-WithLossCell/_loss_fn-MSELoss/Mul-op1"]
+    assert mul.args == ["%7", "%7"]
+
+
+def test_unterminated_statement_is_a_clear_error():
+    broken = "subgraph @g() {\n  %1(CNode_1) = PrimFunc_Add(Tensor(shape=[2], value=\n[1, 2]\n      # x\n}\n"
+    with pytest.raises(ValueError, match=r"<ir>:2: cannot parse MindSpore IR line \(unbalanced parentheses\)"):
+        kd.parse_ir(broken)
+
+
+def _run(tmp_path, body: str) -> str:
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(body))
+    env = dict(os.environ)
+    env.pop(kd.ENV, None)
+    env["PYTHONPATH"] = os.path.dirname(os.path.dirname(nbdebug.__file__))
+    res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=240, env=env,
+                         cwd=tmp_path)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    return res.stdout
+
+
+HEAD = """\
+    import shutil, numpy as np, mindspore as ms, nbdebug
+    from mindspore import nn
+    ms.set_context(mode=ms.GRAPH_MODE)
+    ms.set_seed(1)
+"""
+
+
+def test_train_one_step_cell_with_mse_loss_batch_16_live_and_offline(tmp_path):
+    out = _run(tmp_path, HEAD + """\
+    net = nn.Dense(4, 1)
+    train = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), nn.SGD(net.trainable_params(), 0.01))
+    dbg = nbdebug.Debugger(train)
+    x = ms.Tensor(np.random.randn(16, 4).astype(np.float32))
+    y = ms.Tensor(np.random.randn(16, 1).astype(np.float32))
+    losses = [float(train(x, y).asnumpy()) for _ in range(3)]
+    assert losses[2] < losses[0], losses
+    names = [n for n in dbg.graph.nodes if n.endswith("RealDiv-op0")]
+    assert names, sorted(dbg.graph.nodes)
+    st = dbg.stats(names[0], "output.0")
+    assert st["shape"] == (16, 1), st
+    shutil.copytree(dbg._adapter.dump_dir, "copy")
+    dbg.close()
+    off = nbdebug.load("copy")
+    assert not [p for p in off.problems if "parse" in str(p)], off.problems
+    assert names[0] in off.graph.nodes
+    print("OK", dbg.step_index, len(off.graph))
+    """)
+    assert "OK 3" in out
+
+
+def test_while_loop_with_a_tensor_condition(tmp_path):
+    out = _run(tmp_path, HEAD + """\
+    class Net(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Dense(4, 4)
+        def construct(self, x):
+            i = ms.Tensor(0, ms.int32)
+            while i < 3:
+                x = self.fc(x)
+                i = i + 1
+            return x
+    net = Net()
+    train = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), nn.SGD(net.trainable_params(), 0.01))
+    dbg = nbdebug.Debugger(train)
+    x = ms.Tensor(np.random.randn(2, 4).astype(np.float32))
+    y = ms.Tensor(np.zeros((2, 4), np.float32))
+    for _ in range(2):
+        train(x, y)
+    ops = {n.op_type for n in dbg.graph.nodes.values()}
+    assert {"MatMul", "BiasAdd"} <= ops, ops
+    print("OK", dbg.step_index)
+    dbg.close()
+    """)
+    assert "OK 2" in out
