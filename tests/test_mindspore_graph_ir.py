@@ -115,3 +115,49 @@ def test_while_loop_with_a_tensor_condition(tmp_path):
     dbg.close()
     """)
     assert "OK 2" in out
+
+
+def test_control_flow_branch_kernels_are_recorded_and_the_nan_is_located_at_the_branch_log(tmp_path):
+    """``if``/``for`` in construct: MindSpore runs the branch as its own kernel graph (no weights in it)."""
+    out = _run(tmp_path, HEAD + """\
+    from mindspore import ops
+    class Net(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Dense(4, 3)
+            self.log = ops.Log()
+        def construct(self, x, flag):
+            h = self.fc(x)
+            if flag > 0:
+                h = self.log(h * 0.5)          # log of negatives: the NaN is born here
+            else:
+                h = h * 2.0
+            for _ in range(2):
+                h = h + 1.0
+            return h
+    class WithLoss(nn.Cell):
+        def __init__(self, net):
+            super().__init__()
+            self.net = net
+            self.loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+        def construct(self, x, flag, y):
+            return self.loss(self.net(x, flag), y)
+    net = Net()
+    train = nn.TrainOneStepCell(WithLoss(net), nn.SGD(net.trainable_params(), 0.01))
+    dbg = nbdebug.Debugger(train)
+    x = ms.Tensor(np.random.randn(2, 4).astype(np.float32))
+    y = ms.Tensor(np.array([0, 1], np.int32))
+    for flag in (0, 1):
+        train(x, ms.Tensor(flag, ms.int32), y)
+    ops_seen = {n.op_type for n in dbg.graph.nodes.values()}
+    assert {"MatMul", "BiasAdd", "Log", "Mul", "SparseSoftmaxCrossEntropyWithLogits"} <= ops_seen, ops_seen
+    live = dbg.first_nonfinite()
+    assert live is not None and live[0].endswith("/Log-op0") and live[2] == 1, live
+    shutil.copytree(dbg._adapter.dump_dir, "copy")
+    dbg.close()
+    off = nbdebug.load("copy")
+    assert sorted(off.session.steps) == [0, 1], sorted(off.session.steps)   # 2 training steps, not 10 runs
+    assert off.first_nonfinite(None) == live, (off.first_nonfinite(None), live)
+    print("OK")
+    """)
+    assert "OK" in out

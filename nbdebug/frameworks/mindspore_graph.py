@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import atexit
 import csv
+import heapq
 import json
 import os
 import re
@@ -703,18 +704,30 @@ class RunRecorder:
 
     def record(self, kg: KernelGraph, iter_dir: str, *, files: dict[str, dict[str, str]] | None = None) -> int:
         """Record one run of ``kg`` from ``iter_dir``; returns the number of kernels recorded."""
+        return self.record_runs([(kg, index_iteration(iter_dir) if files is None else files)])
+
+    def record_runs(self, runs: list[tuple[KernelGraph, dict[str, dict[str, str]]]]) -> int:
+        """Record the graph runs of one call (a model with control flow runs several kernel graphs: the
+        main one and its branches/loop bodies). Each graph's kernels keep their execution order; the graphs
+        are interleaved by the kernels' dump timestamps, so a value born in a branch comes before what the
+        main graph computed from it. Returns the number of kernels recorded."""
         s = self.session
-        files = index_iteration(iter_dir) if files is None else files
-        first = kg.graph_id not in self._graph_edges
-        self._graph_edges.add(kg.graph_id)
-        produced: dict[tuple[str, str], tuple[int, str, tuple[int, ...], int, str | None, Any]] = {}
+        states = []
+        queues = []
+        # a parameter is recorded where the step first uses it: a later graph of the same call (the
+        # optimizer's) may dump it after updating it in place
         sources_done: set[str] = set()
+        for r, (kg, files) in enumerate(runs):
+            first = kg.graph_id not in self._graph_edges
+            self._graph_edges.add(kg.graph_id)
+            states.append((kg, first, {}, sources_done))
+            matched = match_kernel_files(kg, files)
+            queues.append([(int(matched[k.name].get("__ts__", 0)), r, k, matched[k.name])
+                           for k in kg.kernels if k.name in matched])
+        order = queues[0] if len(queues) == 1 else heapq.merge(*queues, key=lambda item: item[0])
         count = 0
-        matched = match_kernel_files(kg, files)
-        for k in kg.kernels:
-            kfiles = matched.get(k.name)
-            if kfiles is None:
-                continue
+        for _ts, r, k, kfiles in order:
+            kg, first, produced, sources_done = states[r]
             name = self.node_name(kg, k.name)
             # parameters, inputs and constants first consumed here execute just before it
             for slot, src in k.sources.items():
@@ -865,8 +878,9 @@ def load_kernel_dump(path: str, *, rank: int | None = None) -> Any:
     """Open a MindSpore kernel dump directory as an offline session (``live=False``).
 
     ``path`` is the dump root (holding ``rank_*``) or one ``rank_*`` directory; ``rank`` picks a rank
-    (default: the lowest). Every graph run found becomes a step, in time order (``session.step_iterations``
-    maps a step to its ``(graph id, iteration)``). The result is a :class:`nbdebug.offline.DumpSession`:
+    (default: the lowest). Graph runs are grouped into training steps (:func:`group_runs`), in time order
+    (``session.step_iterations`` maps a step to the ``(graph id, iteration)`` of its main graph,
+    ``session.step_runs`` to every run it holds). The result is a :class:`nbdebug.offline.DumpSession`:
     statistics of every step, tensors of any step read from the files on demand, and ``problems`` naming
     every file that could not be read (its slot is left out). Needs numpy only.
 
@@ -895,8 +909,12 @@ def load_kernel_dump(path: str, *, rank: int | None = None) -> Any:
             runs.extend((ts, it, g, files) for ts, files in split_runs(p))
     runs.sort(key=lambda r: (r[0], r[1], r[2]))
     s.step_iterations = {}  # type: ignore[attr-defined]
-    for step, (_ts, it, g, files) in enumerate(runs):
-        rec.record(dump.graphs[g], "", files=files)
+    s.step_runs = {}  # type: ignore[attr-defined]
+    for step, group in enumerate(group_runs(runs, {g: bool(kg.weight_names) for g, kg in dump.graphs.items()})):
+        rec.record_runs([(dump.graphs[g], files) for _ts, _it, g, files in group])
+        main = next((r for r in group if dump.graphs[r[2]].weight_names), group[0])
+        s.step_iterations[step] = (main[2], main[1])  # type: ignore[attr-defined]
+        s.step_runs[step] = [(g, it) for _ts, it, g, _f in group]  # type: ignore[attr-defined]
         r = s.recorder
         raw = rec.raw()
         values = raw_to_fields(raw[np.asarray(r.rows, dtype=np.intp)], np.asarray(r.counts, dtype=np.float64)) \
@@ -904,12 +922,42 @@ def load_kernel_dump(path: str, *, rank: int | None = None) -> Any:
         tfiles = {key: TensorFile(*rec.files[key]) for key in r.keys if key in rec.files}
         table = s.add_step(step, r.keys, r.dtypes, r.shapes, values, files=tfiles)
         table.unsupported = dict(r.unsupported)
-        s.step_iterations[step] = (g, it)  # type: ignore[attr-defined]
         s.recorder = StepRecorder()
         s.order = 0
         rec.new_step()
     s.problems.extend(DumpProblem(f, m) for f, m in dict.fromkeys(rec.problems))
     return s
+
+
+def group_runs(runs: list[tuple], weighted: dict[int, bool]) -> list[list[tuple]]:
+    """Group graph runs ``(first timestamp, iteration, graph id, files)``, in time order, into steps.
+
+    A model with control flow runs several kernel graphs per step: the main graph (it has the weights) and
+    its branches and loop bodies (no weights; a loop body can run several times a step). A step holds the
+    runs from one run of a weighted graph up to the next run of a weighted graph that already ran in it;
+    runs of weightless graphs join the step in progress. A dump without any weighted graph (inference)
+    makes every run a step.
+
+    >>> runs = [(0, 0, 0, "main"), (1, 0, 1, "branch"), (2, 1, 0, "main"), (3, 1, 1, "branch")]
+    >>> [[r[3] for r in g] for g in group_runs(runs, {0: True, 1: False})]
+    [['main', 'branch'], ['main', 'branch']]
+    >>> len(group_runs(runs, {0: False, 1: False}))
+    4
+    """
+    if not any(weighted.get(r[2], False) for r in runs):
+        return [[r] for r in runs]
+    groups: list[list[tuple]] = []
+    seen: set[int] = set()
+    for r in runs:
+        g = r[2]
+        if weighted.get(g, False) and (not groups or g in seen):
+            groups.append([])
+            seen = set()
+        if not groups:
+            groups.append([])
+        groups[-1].append(r)
+        seen.add(g)
+    return groups
 
 
 def _dump_metadata(rank_dir: str) -> tuple[str, str]:

@@ -220,27 +220,33 @@ class GraphAdapter:
                 "compiles the first graph of the process, and a graph was compiled before this Debugger was "
                 "created. Restart the kernel and create nbdebug.Debugger(...) before the first GRAPH_MODE call.")
         rank = ranks[0]
-        recorded = False
+        batch = []
         for _it, g, path, names in self._new_files(rank):
             files = [os.path.join(path, f) for f in names]
             if not self.capturing:
                 kd.remove_files(files)
                 continue
-            kg = self._graph(rank, g)
-            if not (kg.weight_names & self.weights):
-                if len(_RUNS.adapters) == 1:  # a graph that does not run this model (nor another's)
-                    kd.remove_files(files)
-                continue
-            self.session.kernel_graphs[kg.file] = g  # type: ignore[attr-defined]
+            batch.append((self._graph(rank, g), path, names, files))
+        # This model's graphs have its weights; a graph with no weights at all (a branch or loop body of a
+        # model with control flow) belongs to the call when it ran with one of ours.
+        ours = [b for b in batch if b[0].weight_names & self.weights]
+        mine = [b for b in batch if b in ours or (ours and not b[0].weight_names)]
+        if len(_RUNS.adapters) == 1:  # graphs that run neither this model nor another's
+            for b in batch:
+                if b not in mine:
+                    kd.remove_files(b[3])
+        for kg, _path, _names, files in mine:
+            self.session.kernel_graphs[kg.file] = kg.graph_id  # type: ignore[attr-defined]
             self._step_files.setdefault(self.session.step_index, []).extend(files)
-            self.section = "optimizer"
-            try:
-                self.recorder.record(kg, path, files=kd.index_files(path, names))
-            finally:
-                self.section = "forward"
-            self.runs += 1
-            recorded = True
-        if recorded and self.auto_step:
+        if not mine:
+            return
+        self.section = "optimizer"
+        try:
+            self.recorder.record_runs([(kg, kd.index_files(path, names)) for kg, path, names, _f in mine])
+        finally:
+            self.section = "forward"
+        self.runs += len(mine)
+        if self.auto_step:
             self.end_step()
 
     def _emit_node(self, node: Any) -> None:
