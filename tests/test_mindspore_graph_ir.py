@@ -161,3 +161,46 @@ def test_control_flow_branch_kernels_are_recorded_and_the_nan_is_located_at_the_
     print("OK")
     """)
     assert "OK" in out
+
+
+def test_ms_jit_value_and_grad_kernels_get_cell_scopes(tmp_path):
+    """The MindSpore 2.x idiom: a jitted function around value_and_grad. Kernels are compiled without Cell
+    scopes (``Default/MatMul-op0``); the IR's call chain gives them back."""
+    out = _run(tmp_path, HEAD + """\
+    class Block(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.fc1 = nn.Dense(4, 8)
+            self.act = nn.ReLU()
+            self.fc2 = nn.Dense(8, 1)
+        def construct(self, x):
+            return self.fc2(self.act(self.fc1(x)))
+    net = Block()
+    opt = nn.SGD(net.trainable_params(), 0.01)
+    loss_fn = nn.MSELoss()
+    def forward(x, y):
+        return loss_fn(net(x), y)
+    grad_fn = ms.value_and_grad(forward, None, opt.parameters)
+    @ms.jit
+    def train_step(x, y):
+        loss, grads = grad_fn(x, y)
+        opt(grads)
+        return loss
+    dbg = nbdebug.Debugger(net)
+    x = ms.Tensor(np.random.randn(16, 4).astype(np.float32))
+    y = ms.Tensor(np.random.randn(16, 1).astype(np.float32))
+    for _ in range(2):
+        train_step(x, y)
+    scope = {n.name: n.scope for n in dbg.graph.nodes.values()}
+    assert scope["Default/MatMul-op0"] == "Default/fc1-Dense", scope
+    assert scope["Default/MatMul-op1"] == "Default/fc2-Dense", scope
+    assert scope["Default/ReLU-op0"] == "Default/act-ReLU", scope
+    assert scope["Default/Sub-op0"] == "Default", scope          # the loss is outside the debugged Cell
+    grads = {s for n, s in scope.items() if n.startswith("Gradients/") and "MatMul" in n}
+    assert {"Gradients/Default/fc1-Dense/Grad_MatMul", "Gradients/Default/fc2-Dense/Grad_MatMul"} <= grads, grads
+    tree = dbg.graph.scope_tree()
+    assert {"fc1-Dense", "fc2-Dense", "act-ReLU"} <= set(tree["Default"]), tree["Default"].keys()
+    print("OK")
+    dbg.close()
+    """)
+    assert "OK" in out

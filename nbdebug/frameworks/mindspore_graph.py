@@ -124,6 +124,7 @@ _PARAM_RE = re.compile(r"^%para(\d+)_(.+?): <(Ref\[)?Tensor\[(\w+)\]\]?, \(([^)]
 MAX_CONTINUATION_LINES = 100_000
 _NODE_RE = re.compile(r"^\s+%(\d+)\(([^)]*)\) = ([^\s(]+)\((.*)$")
 _SCOPE_RE = re.compile(r"#\s*Fullname with scope: \((.*)\)\s*$")
+_FRAME_RE = re.compile(r"#\s*In file (.+?):(\d+)(~\d+)?(?:, (\d+)~(\d+))?/(.*)/\s*$")
 _FILE_RE = re.compile(r"#\s*In file (.+?):(\d+)(?:~\d+)?(?:, [\d~]+)?/(.*)/\s*$")
 
 
@@ -143,6 +144,9 @@ class IRNode:
     args: list[str]
     fullname: str = ""
     stack: list[str] = field(default_factory=list)
+    #: the call chain, outermost first: (file, line, first column, end column, source line); columns are
+    #: -1 when the expression spans several lines
+    frames: list[tuple[str, int, int, int, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -229,6 +233,12 @@ def parse_ir(text: str, file: str = "<ir>") -> IRGraph:
                 f = _FILE_RE.search(line)
                 if f:
                     last.stack.append(f"File {f.group(1)}, line {f.group(2)}, in {f.group(3).strip()}")
+                fr = _FRAME_RE.search(line)
+                if fr:
+                    src_file, lno, multi, c0, c1, src = fr.groups()
+                    src = src.split("/<~~", 1)[0]  # MindSpore's note on lines shared by several nodes
+                    cols = (int(c0), int(c1)) if c0 is not None and not multi else (-1, -1)
+                    last.frames.append((src_file, int(lno), *cols, src))
             elif line.startswith("  Return(") or line.startswith("}"):
                 last = None
         except ValueError as exc:
@@ -261,6 +271,8 @@ class Kernel:
     stack: list[str]
     #: input slot -> ("kernel", producer name, "output.i") | ("param", name) | ("const", text)
     sources: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: the IR's call chain of the kernel (see :class:`IRNode`), for recovering Cell scopes
+    frames: list[tuple[str, int, int, int, str]] = field(default_factory=list)
 
 
 def file_key(op_type: str, fullname: str) -> str:
@@ -340,6 +352,7 @@ def build_kernel_graph(ir: IRGraph, order: list[str], graph_id: int) -> KernelGr
         k = Kernel(name, op_type, name.rpartition("/")[0], section_of(name, op_type), file_key(op_type, name),
                    _user_frames(node.stack) if node else [])
         if node is not None:
+            k.frames = node.frames
             i = 0
             for arg in node.args:
                 if arg.startswith(("UMonad", "IOMonad")):

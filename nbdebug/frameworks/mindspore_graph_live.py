@@ -30,6 +30,7 @@ from mindspore.common.api import _pynative_executor
 
 from ..session.session import Session
 from . import mindspore_graph as kd
+from .mindspore_scopes import recover_cell_scopes
 
 try:
     from mindspore.graph import api as _gapi
@@ -206,6 +207,7 @@ class GraphAdapter:
         kg = _GRAPH_CACHE.get(key)
         if kg is None:
             kg = _GRAPH_CACHE[key] = kd.load_kernel_graph(rank_dir, graph_id)
+        recover_cell_scopes(kg.kernels, self.model_ref())  # ms.jit functions compile without Cell scopes
         return kg
 
     def after_run(self) -> None:
