@@ -11,7 +11,10 @@ is replayed) and the run ends the step — unless the user marks steps with ``De
 :class:`~nbdebug.frameworks.mindspore_adapter.StepCallback`. Control therefore acts between
 training-step calls: the graph has already run when its nodes are shown.
 
-Only graphs that use the model's parameters are recorded; others are deleted unread. The dump keeps
+Graphs that use the model's parameters are recorded, with the weightless graphs that ran in the same call
+(the branches and loop bodies of a model with control flow), interleaved by dump timestamp; other graphs
+are deleted unread. Kernels of ``ms.jit`` functions get their Cell scopes back from the IR
+(:mod:`~nbdebug.frameworks.mindspore_scopes`). The dump keeps
 the iterations still needed (current and previous step); closing deletes the dumped tensors (the small
 graph files stay until the process exits, when the whole temporary directory is removed).
 """
