@@ -1,0 +1,419 @@
+"""nbdebug against msProbe on a zoo of real architectures: step-time ratios at L0, L1 and mix.
+
+The zoo (random weights, built from configs or ``torch.nn``; nothing is downloaded):
+
+==============  ====================================================================================
+``gpt2``        HF GPT-2 (tied input/output embeddings), 4 layers, d=128
+``gpt2_ckpt``   the same with gradient checkpointing
+``bert``        HF BERT for masked LM, 4 layers, d=128
+``t5``          HF T5 (encoder-decoder, relative position buckets), 2+2 layers, d=128
+``llama_amp``   HF Llama, 4 layers, d=128, bf16 autocast + GradScaler
+``vit``         HF ViT for image classification, 4 layers, d=128, 32×32 images
+``resnet``      ResNet-18-style CNN (BatchNorm in train mode, in-place ReLU), 32×32 images
+``mobilenet``   MobileNetV3-style CNN (depthwise convs, BatchNorm, Hardswish, squeeze-excite)
+==============  ====================================================================================
+
+One step is ``zero_grad, forward, loss, backward, AdamW.step()``. Method as ``bench/overhead.py``:
+round-robin over models and configurations (order rotated per round), each configuration on a fresh
+copy of the initial weights, ``--warmup`` untimed steps then ``--steps`` timed; a configuration's figure
+is the median over rounds, its ratio that over the baseline's median. msProbe (``statistics`` task, its
+defaults) runs in a subprocess per measurement (it cannot be detached) and is compared with that
+process's own baseline. Prints one row per model, the medians over the zoo and the issue's targets
+(L0 ≤ 1.25×, L1 ≤ 1.8×, mix ≤ 2.0×, no model above 2.5× at mix).
+
+Usage::
+
+    python bench/zoo.py                          # 3 rounds, every model, with msProbe
+    python bench/zoo.py --quick --no-msprobe     # smoke run
+    python bench/zoo.py --models gpt2,resnet --levels mix
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from overhead import _dir_bytes, _hook_census, _import_nbdebug, _msprobe_config  # noqa: E402
+
+MODELS = ("gpt2", "gpt2_ckpt", "bert", "t5", "llama_amp", "vit", "resnet", "mobilenet")
+LEVELS = ("L0", "L1", "mix")
+TARGETS = {"L0": 1.25, "L1": 1.8, "mix": 2.0}
+MAX_MIX = 2.5
+N_BATCHES = 4
+
+
+# -- vision models (torch.nn) ---------------------------------------------------------------------
+class BasicBlock(nn.Module):
+    def __init__(self, cin: int, cout: int, stride: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.relu = nn.ReLU(inplace=True)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.down = None
+        if stride != 1 or cin != cout:
+            self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return self.relu(out + (x if self.down is None else self.down(x)))
+
+
+class ResNet18(nn.Module):
+    """ResNet-18's layout (2-2-2-2 basic blocks), narrow (16-128 channels) for 32×32 inputs."""
+
+    def __init__(self, classes: int = 10) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, 1, 1, bias=False), nn.BatchNorm2d(16), nn.ReLU(inplace=True))
+        chans, layers, cin = (16, 32, 64, 128), [], 16
+        for i, c in enumerate(chans):
+            layers.append(nn.Sequential(BasicBlock(cin, c, 1 if i == 0 else 2), BasicBlock(c, c, 1)))
+            cin = c
+        self.layer1, self.layer2, self.layer3, self.layer4 = layers
+        self.fc = nn.Linear(128, classes)
+
+    def forward(self, x):
+        x = self.layer4(self.layer3(self.layer2(self.layer1(self.stem(x)))))
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+class SqueezeExcite(nn.Module):
+    def __init__(self, c: int) -> None:
+        super().__init__()
+        self.fc1 = nn.Conv2d(c, max(8, c // 4), 1)
+        self.fc2 = nn.Conv2d(max(8, c // 4), c, 1)
+
+    def forward(self, x):
+        s = F.adaptive_avg_pool2d(x, 1)
+        return x * F.hardsigmoid(self.fc2(F.relu(self.fc1(s))))
+
+
+class InvertedResidual(nn.Module):
+    def __init__(self, cin: int, exp: int, cout: int, stride: int, se: bool) -> None:
+        super().__init__()
+        layers: list[nn.Module] = [nn.Conv2d(cin, exp, 1, bias=False), nn.BatchNorm2d(exp), nn.Hardswish(),
+                                   nn.Conv2d(exp, exp, 3, stride, 1, groups=exp, bias=False), nn.BatchNorm2d(exp),
+                                   nn.Hardswish()]
+        if se:
+            layers.append(SqueezeExcite(exp))
+        layers += [nn.Conv2d(exp, cout, 1, bias=False), nn.BatchNorm2d(cout)]
+        self.block = nn.Sequential(*layers)
+        self.residual = stride == 1 and cin == cout
+
+    def forward(self, x):
+        y = self.block(x)
+        return x + y if self.residual else y
+
+
+class MobileNetV3(nn.Module):
+    """MobileNetV3-small's building blocks, few and narrow, for 32×32 inputs."""
+
+    def __init__(self, classes: int = 10) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, 2, 1, bias=False), nn.BatchNorm2d(16), nn.Hardswish())
+        cfg = [(16, 16, 16, 2, True), (16, 72, 24, 2, False), (24, 88, 24, 1, False), (24, 96, 40, 2, True),
+               (40, 240, 40, 1, True)]
+        self.blocks = nn.Sequential(*[InvertedResidual(*c) for c in cfg])
+        self.head = nn.Sequential(nn.Linear(40, 128), nn.Hardswish(), nn.Dropout(0.0), nn.Linear(128, classes))
+
+    def forward(self, x):
+        x = self.blocks(self.stem(x))
+        return self.head(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+# -- workloads -------------------------------------------------------------------------------------
+@dataclass
+class ZooWorkload:
+    name: str
+    model: nn.Module
+    batches: list[Any]
+    loss: Callable[[nn.Module, Any], torch.Tensor]
+    amp: bool = False
+    init_state: dict[str, torch.Tensor] = field(default_factory=dict)
+    _i: int = 0
+    _scaler: Any = None
+
+    def reset(self) -> torch.optim.Optimizer:
+        self.model.load_state_dict(self.init_state)
+        self.model.train()
+        self._i = 0
+        self._scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 8) if self.amp else None
+        return torch.optim.AdamW(self.model.parameters(), lr=1e-4)
+
+    def step(self, opt: torch.optim.Optimizer) -> float:
+        batch = self.batches[self._i % len(self.batches)]
+        self._i += 1
+        opt.zero_grad(set_to_none=True)
+        ctx = torch.autocast("cpu", dtype=torch.bfloat16) if self.amp else contextlib.nullcontext()
+        with ctx:
+            loss = self.loss(self.model, batch)
+        if self._scaler is not None:
+            self._scaler.scale(loss).backward()
+            self._scaler.step(opt)
+            self._scaler.update()
+        else:
+            loss.backward()
+            opt.step()
+        return float(loss.detach())
+
+
+def _tokens(g: torch.Generator, vocab: int, batch: int = 4, seq: int = 32) -> list[torch.Tensor]:
+    return [torch.randint(0, vocab, (batch, seq), generator=g) for _ in range(N_BATCHES)]
+
+
+def make_zoo_workload(name: str, seed: int = 0) -> ZooWorkload:
+    """One zoo model with its synthetic batches (fixed seed)."""
+    torch.manual_seed(seed)
+    g = torch.Generator().manual_seed(seed + 1)
+    amp = False
+    if name in ("gpt2", "gpt2_ckpt"):
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        model: nn.Module = GPT2LMHeadModel(GPT2Config(n_layer=4, n_embd=128, n_head=4, vocab_size=512,
+                                                      n_positions=64, resid_pdrop=0, embd_pdrop=0, attn_pdrop=0,
+                                                      bos_token_id=0, eos_token_id=0))
+        if name == "gpt2_ckpt":
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        batches = _tokens(g, 512)
+
+        def loss(m, ids):
+            return m(input_ids=ids, labels=ids).loss
+    elif name == "bert":
+        from transformers import BertConfig, BertForMaskedLM
+
+        model = BertForMaskedLM(BertConfig(num_hidden_layers=4, hidden_size=128, num_attention_heads=4,
+                                           intermediate_size=512, vocab_size=512, max_position_embeddings=64,
+                                           hidden_dropout_prob=0, attention_probs_dropout_prob=0))
+        batches = _tokens(g, 512)
+
+        def loss(m, ids):
+            return m(input_ids=ids, labels=ids).loss
+    elif name == "t5":
+        from transformers import T5Config, T5ForConditionalGeneration
+
+        model = T5ForConditionalGeneration(T5Config(num_layers=2, num_decoder_layers=2, d_model=128, d_ff=256,
+                                                    num_heads=4, d_kv=32, vocab_size=512, dropout_rate=0,
+                                                    decoder_start_token_id=0, pad_token_id=0))
+        batches = list(zip(_tokens(g, 512), _tokens(g, 512, seq=16), strict=True))
+
+        def loss(m, b):
+            return m(input_ids=b[0], labels=b[1]).loss
+    elif name == "llama_amp":
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        model = LlamaForCausalLM(LlamaConfig(num_hidden_layers=4, hidden_size=128, intermediate_size=256,
+                                             num_attention_heads=4, num_key_value_heads=2, vocab_size=512,
+                                             max_position_embeddings=64))
+        batches = _tokens(g, 512)
+        amp = True
+
+        def loss(m, ids):
+            return m(input_ids=ids, labels=ids).loss
+    elif name == "vit":
+        from transformers import ViTConfig, ViTForImageClassification
+
+        model = ViTForImageClassification(ViTConfig(num_hidden_layers=4, hidden_size=128, num_attention_heads=4,
+                                                     intermediate_size=256, image_size=32, patch_size=4,
+                                                     num_labels=10, hidden_dropout_prob=0,
+                                                     attention_probs_dropout_prob=0))
+        batches = [(torch.randn(8, 3, 32, 32, generator=g), torch.randint(0, 10, (8,), generator=g))
+                   for _ in range(N_BATCHES)]
+
+        def loss(m, b):
+            return m(pixel_values=b[0], labels=b[1]).loss
+    elif name in ("resnet", "mobilenet"):
+        model = ResNet18() if name == "resnet" else MobileNetV3()
+        batches = [(torch.randn(8, 3, 32, 32, generator=g), torch.randint(0, 10, (8,), generator=g))
+                   for _ in range(N_BATCHES)]
+
+        def loss(m, b):
+            return F.cross_entropy(m(b[0]), b[1])
+    else:
+        raise ValueError(f"unknown model {name!r}; choose from {', '.join(MODELS)}")
+    init = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    return ZooWorkload(name, model, batches, loss, amp, init)
+
+
+# -- timing ----------------------------------------------------------------------------------------
+def timed(wl: ZooWorkload, opt, steps: int, warmup: int, before: Callable[[], None] | None = None,
+          after: Callable[[], None] | None = None) -> float:
+    """Mean ms per step over ``steps`` timed steps after ``warmup`` untimed ones."""
+    def one() -> None:
+        if before is not None:
+            before()
+        wl.step(opt)
+        if after is not None:
+            after()
+
+    for _ in range(warmup):
+        one()
+    gc.collect()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        one()
+    return (time.perf_counter() - t0) * 1e3 / steps
+
+
+def run_nbdebug(wl: ZooWorkload, level: str, steps: int, warmup: int, clean: dict[str, int]) -> float:
+    nbdebug = _import_nbdebug()
+    opt = wl.reset()
+    dbg = nbdebug.Debugger(wl.model, level=level)
+    try:
+        ms = timed(wl, opt, steps, warmup)
+        assert dbg.step_index >= steps + warmup, f"nbdebug recorded {dbg.step_index} steps"
+    finally:
+        dbg.close()
+    del dbg
+    gc.collect()
+    left = _hook_census(wl.model)
+    if left != clean:
+        raise RuntimeError(f"nbdebug {level} left instrumentation behind on {wl.name}: {left} (clean: {clean})")
+    return ms
+
+
+def msprobe_worker(spec: dict[str, Any]) -> dict[str, Any]:
+    """In a fresh process: this process's baseline first, then msProbe (which cannot be detached)."""
+    torch.set_num_threads(spec["threads"])
+    wl = make_zoo_workload(spec["model"], spec["seed"])
+    local = timed(wl, wl.reset(), spec["steps"], spec["warmup"])
+    tmp = tempfile.mkdtemp(prefix="nbdebug_zoo_msprobe_", dir="/tmp")
+    try:
+        dump = os.path.join(tmp, "dump")
+        cfg = os.path.join(tmp, "config.json")
+        with open(cfg, "w") as f:
+            json.dump(_msprobe_config(spec["level"], dump), f)
+        from msprobe.pytorch import PrecisionDebugger
+
+        debugger = PrecisionDebugger(config_path=cfg)
+
+        def after() -> None:
+            debugger.stop()
+            debugger.step()
+
+        ms = timed(wl, wl.reset(), spec["steps"], spec["warmup"], before=lambda: debugger.start(wl.model),
+                   after=after)
+        nbytes = _dir_bytes(dump)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return {"ms": ms, "local_baseline_ms": local, "dump_bytes": nbytes}
+
+
+def run_msprobe(spec: dict[str, Any]) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="nbdebug_zoo_", dir="/tmp") as tmp:
+        result = os.path.join(tmp, "result.json")
+        env = dict(os.environ, OMP_NUM_THREADS=str(spec["threads"]))
+        proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--_worker", json.dumps(spec),
+                               "--_result", result], cwd=tmp, env=env, capture_output=True, text=True)
+        if proc.returncode != 0 or not os.path.exists(result):
+            raise RuntimeError(f"msProbe worker {spec['model']}/{spec['level']} failed (rc={proc.returncode}):\n"
+                               + (proc.stdout + proc.stderr)[-3000:])
+        with open(result) as f:
+            return json.load(f)
+
+
+# -- driver ----------------------------------------------------------------------------------------
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--levels", default=",".join(LEVELS))
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-msprobe", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="1 round, 2 steps, 1 warm-up")
+    ap.add_argument("--out", default=str(HERE / "results" / "zoo.json"))
+    ap.add_argument("--_worker", help=argparse.SUPPRESS)
+    ap.add_argument("--_result", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args._worker:
+        res = msprobe_worker(json.loads(args._worker))
+        with open(args._result, "w") as f:
+            json.dump(res, f)
+        return res
+    if args.quick:
+        args.rounds, args.steps, args.warmup = 1, 2, 1
+    torch.set_num_threads(args.threads)
+    models = [m for m in args.models.split(",") if m]
+    levels = [lv for lv in args.levels.split(",") if lv]
+    configs = ["baseline"] + [f"nbdebug-{lv}" for lv in levels] + \
+        ([] if args.no_msprobe else [f"msprobe-{lv}" for lv in levels])
+    workloads = {m: make_zoo_workload(m, args.seed) for m in models}
+    clean = {m: _hook_census(wl.model) for m, wl in workloads.items()}
+    times: dict[tuple[str, str], list[float]] = {}
+    local: dict[tuple[str, str], list[float]] = {}
+    for r in range(args.rounds):
+        for m in models:
+            wl = workloads[m]
+            order = configs[r % len(configs):] + configs[:r % len(configs)]
+            for cfg in order:
+                if cfg == "baseline":
+                    ms = timed(wl, wl.reset(), args.steps, args.warmup)
+                elif cfg.startswith("nbdebug-"):
+                    ms = run_nbdebug(wl, cfg.split("-", 1)[1], args.steps, args.warmup, clean[m])
+                else:
+                    res = run_msprobe({"model": m, "level": cfg.split("-", 1)[1], "steps": args.steps,
+                                       "warmup": args.warmup, "threads": args.threads, "seed": args.seed})
+                    ms = res["ms"]
+                    local.setdefault((m, cfg), []).append(res["local_baseline_ms"])
+                times.setdefault((m, cfg), []).append(ms)
+                print(f"round {r + 1} {m:10s} {cfg:12s} {ms:8.1f} ms/step", flush=True)
+    rows: dict[str, dict[str, float]] = {}
+    for m in models:
+        base = statistics.median(times[(m, "baseline")])
+        row = {"baseline_ms": base}
+        for cfg in configs[1:]:
+            med = statistics.median(times[(m, cfg)])
+            ref = statistics.median(local[(m, cfg)]) if (m, cfg) in local else base
+            row[cfg] = med / ref
+        rows[m] = row
+    print(format_table(rows, configs, levels))
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    result = {"rows": rows, "args": vars(args), "load": os.getloadavg()}
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=1)
+    return result
+
+
+def format_table(rows: dict[str, dict[str, float]], configs: list[str], levels: list[str]) -> str:
+    cols = configs[1:]
+    out = [f"{'model':12s} {'base ms':>8s} " + " ".join(f"{c:>12s}" for c in cols)]
+    for m, row in rows.items():
+        out.append(f"{m:12s} {row['baseline_ms']:8.1f} " + " ".join(f"{row[c]:11.2f}×" for c in cols))
+    meds = {c: statistics.median(r[c] for r in rows.values()) for c in cols}
+    out.append(f"{'median':12s} {'':8s} " + " ".join(f"{meds[c]:11.2f}×" for c in cols))
+    for lv in levels:
+        c = f"nbdebug-{lv}"
+        ok = meds[c] <= TARGETS[lv]
+        out.append(f"target {lv}: median {meds[c]:.2f}× (≤ {TARGETS[lv]}×) {'met' if ok else 'NOT met'}")
+    if "nbdebug-mix" in cols:
+        worst = max(rows, key=lambda m: rows[m]["nbdebug-mix"])
+        w = rows[worst]["nbdebug-mix"]
+        out.append(f"worst at mix: {worst} {w:.2f}× (≤ {MAX_MIX}×) {'met' if w <= MAX_MIX else 'NOT met'}")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    main()
