@@ -379,43 +379,45 @@ class GraphFeed:
 
 def error_node(source: Any) -> str | None:
     """The node a failed training run was at: the source's ``error_node`` when it has one, else (state
-    ``failed``) the last node recorded in the step in progress."""
+    ``failed``) the last node recorded before the failure (in the step in progress, or in the step the
+    failure closed)."""
     explicit = getattr(getattr(source, "obj", source), "error_node", None)
     if isinstance(explicit, str):
         return explicit
     if str(getattr(source, "state", "")) not in ("failed", "State.FAILED"):
         return None
-    rec = getattr(source.session, "recorder", None)
-    keys = getattr(rec, "keys", None)
-    if keys:
-        return keys[-1][0]
-    return None
+    session = source.session
+    keys = getattr(getattr(session, "recorder", None), "keys", None)
+    if not keys:
+        steps = getattr(session, "steps", None) or {}
+        keys = getattr(steps[max(steps)], "keys", None) if steps else None
+    return keys[-1][0] if keys else None
 
 
-def _shortest_path(graph: Any, src: str, dst: str, limit: int = 100_000) -> list[str]:
-    """Producer → consumer path from ``src`` to ``dst`` (``[src]`` when there is none)."""
-    if src == dst:
-        return [src]
+def paths_from(graph: Any, src: str, limit: int = 200_000) -> dict[str, str]:
+    """Breadth-first producer → consumer search from ``src``: reached node -> the node it was reached from."""
     prev: dict[str, str] = {src: src}
     q = deque([src])
     while q and len(prev) < limit:
         cur = q.popleft()
         for nb in sorted(graph.successors(cur)):
-            if nb in prev:
-                continue
-            prev[nb] = cur
-            if nb == dst:
-                path = [dst]
-                while path[-1] != src:
-                    path.append(prev[path[-1]])
-                return path[::-1]
-            q.append(nb)
-    return [src]
+            if nb not in prev:
+                prev[nb] = cur
+                q.append(nb)
+    return prev
+
+
+def path_to(prev: Mapping[str, str], dst: str) -> list[str]:
+    path = [dst]
+    while prev[path[-1]] != path[-1]:
+        path.append(prev[path[-1]])
+    return path[::-1]
 
 
 def marks(source: Any, ids: Mapping[str, int]) -> dict[str, Any]:
     """The ``marks`` message: hit badges (condition abbreviations per node), the paused node, the failed
-    node, and the path from ``first_nonfinite()`` (when the source offers it) to the latest hit."""
+    node, and the path from ``first_nonfinite()`` (when the source offers it) along the data flow to the node
+    paused at, else to the latest hit it reaches (just the origin when it reaches none)."""
     badges: dict[str, list[str]] = {}
     last_hit = None
     for h in source.hits:
@@ -440,9 +442,12 @@ def marks(source: Any, ids: Mapping[str, int]) -> dict[str, Any]:
         except Exception:  # noqa: BLE001 - no path when the origin cannot be computed
             origin = None
         if origin is not None and origin[0] in ids:
-            target = last_hit.node if last_hit is not None else err
-            names = _shortest_path(source.graph, origin[0], target) if target in ids else [origin[0]]
-            path = [ids[n] for n in names if n in ids]
+            # to the node paused at, else the latest hit (else the failed node) the origin reaches
+            prev = paths_from(source.graph, origin[0])
+            targets = [source.current_node if paused >= 0 else None]
+            targets += [h.node for h in reversed(source.hits) if h.hits] + [err]
+            target = next((t for t in targets if t in prev and t in ids), origin[0])
+            path = [ids[n] for n in path_to(prev, target) if n in ids]
     return {"type": "marks", "badges": {k: " ".join(v) for k, v in badges.items()}, "paused": paused,
             "error": ids.get(err, -1) if err else -1, "path": path, "step": f"step {source.step}"}
 
