@@ -252,7 +252,7 @@ def test_failed_training_marks_the_error_node_and_the_nonfinite_path():
         # the path runs along the data flow from the origin to the latest TO hit it reaches
         names = [r[0] for r in gv.feed.rows]
         assert len(m["path"]) > 1
-        for a, b in zip(m["path"], m["path"][1:]):
+        for a, b in zip(m["path"], m["path"][1:], strict=False):
             assert names[b] in dbg.graph.successors(names[a])
         end = names[m["path"][-1]]
         assert "TO" in m["badges"][str(m["path"][-1])]
