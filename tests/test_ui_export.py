@@ -74,9 +74,13 @@ def test_graph_export_keeps_open_scopes_and_refuses_svg(trained, tmp_path):
 
 def test_offline_session_export(tmp_path, trained):
     from nbdebug.offline import OfflineSession
-    from test_ui_panel import offline_copy
+    from nbdebug.session.session import Session
 
-    off = OfflineSession(offline_copy(trained.session), path=str(tmp_path))
+    live = trained.session
+    s = Session(framework=live.framework, framework_version=live.framework_version, live=False)
+    s.graph, s.steps, s.step_index, s.store, s.store_step = (live.graph, dict(live.steps), live.step_index,
+                                                             live.store, live.store_step)
+    off = OfflineSession(s, path=str(tmp_path))
     text = off.export_html(tmp_path / "offline.html").read_text()
     assert_self_contained(text)
     assert embedded(text, "nbdebug-graph-data")["state"]["status"] == "offline"

@@ -226,6 +226,20 @@ def test_refresh_sends_a_delta_for_a_new_op_and_marks_only_when_changed():
     assert gv.widget.status == "closed"
 
 
+def test_panel_graph_says_when_the_debugger_is_closed():
+    torch.manual_seed(0)
+    model = Net()
+    dbg = nbdebug.Debugger(model, level="mix")
+    train_steps(model, 1)
+    p = Panel(dbg, recommend=False)
+    assert p.graph_view.widget.status == "live"
+    dbg.close()
+    p.poll()  # what the kernel's poll does every second
+    p.flush()
+    assert p.graph_view.widget.status == "closed"
+    p.close()
+
+
 def test_failed_training_marks_the_error_node_and_the_nonfinite_path():
     torch.manual_seed(0)
     model = Net()

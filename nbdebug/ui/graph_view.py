@@ -65,6 +65,8 @@ class GraphView:
         self.widget = GraphWidget(self.feed, view="graph", height=height)
         self.widget.add_class("nbdebug-graph")
         self._marks: dict[str, Any] | None = None
+        self._marks_sig: Any = None
+        self._marks_now: dict[str, Any] = {}
         self._quiet = False
         self._notified: str | None = None
         self.widget.handle("hello", self._hello)
@@ -182,7 +184,15 @@ class GraphView:
             self.widget.post(m)
 
     def marks(self) -> dict[str, Any]:
-        return marks(self.source, self.feed.ids)
+        """The ``marks`` message now (recomputed only when hits, step, state or the graph changed: it may
+        look for the first non-finite tensor)."""
+        src = self.source
+        wps = tuple((w.id, w.version, w.enabled) for w in list(src.watchpoints.watchpoints.values()))
+        sig = (len(src.obj.hits), wps, src.step, src.state, src.current_node, self.feed.rev, self._status())
+        if self._marks_sig != sig:
+            self._marks_sig = sig
+            self._marks_now = marks(src, self.feed.ids)
+        return self._marks_now
 
     def _status(self) -> str:
         obj = self.source.obj

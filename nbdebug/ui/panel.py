@@ -145,7 +145,8 @@ class Panel(w.VBox):
     def _signature(self) -> tuple:
         src = self.source
         wm = src.watchpoints
-        return (src.state, src.session.step_index, len(src.graph), len(wm.hits),
+        closed = bool(getattr(src.obj, "closed", False))  # a closed debugger: the graph says so
+        return (src.state, closed, src.session.step_index, len(src.graph), len(wm.hits),
                 tuple((p.id, p.version, p.enabled) for p in wm.watchpoints.values()))
 
     def poll(self) -> None:
