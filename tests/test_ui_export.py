@@ -72,6 +72,25 @@ def test_graph_export_keeps_open_scopes_and_refuses_svg(trained, tmp_path):
             gv.export(tmp_path / bad)
 
 
+def test_panel_export_keeps_the_viewed_slice(trained, tmp_path):
+    from nbdebug.ui.panel import Panel
+
+    p = Panel(trained, recommend=False)
+    try:
+        p.view("Functional.relu.0.forward", "output.0")
+        p.tensor_view.set_selection(["1:3", "2:5"])
+        text = p.export_html(tmp_path / "panel.html").read_text()
+    finally:
+        p.close()
+    assert_self_contained(text)
+    assert embedded(text, "nbdebug-graph-data")["state"]["selected"] == "Functional.relu.0.forward"
+    assert "<h2>Viewed tensors (1)</h2>" in text and "[1:3, 2:5]" in text
+    cur = trained.tensor("Functional.relu.0.forward", "output.0")[1:3, 2:5]
+    table = text[text.index("<h2>Viewed tensors"):text.index("<h2>Node statistics")]
+    cells = [re.findall(r"<td class=num>(.*?)</td>", r) for r in re.findall(r"<tr>(<td.*?)</tr>", table)]
+    assert cells == [[f"{v:.6g}" for v in row] for row in cur.tolist()]
+
+
 def test_offline_session_export(tmp_path, trained):
     from nbdebug.offline import OfflineSession
     from nbdebug.session.session import Session

@@ -152,9 +152,46 @@ def stats_html(src: SourceView) -> str:
                else "<p class='note'>no statistics captured</p>"))
 
 
-def export_html(source: Any, path: str | Path, *, graph: Any = None) -> Path:
+MAX_CELLS = 64
+
+
+def tensors_html(tensors: list[tuple[str, Any]]) -> str:
+    """Viewed tensor slices (title, 2-D array) as tables of their values (the first 64×64)."""
+    import numpy as np
+
+    out = []
+    for title, arr in tensors:
+        a = np.asarray(arr)
+        a = a.reshape(1, -1) if a.ndim < 2 else a
+        part = a[:MAX_CELLS, :MAX_CELLS]
+        note = (f" (first {part.shape[0]}×{part.shape[1]} of {a.shape[0]}×{a.shape[1]})"
+                if part.shape != a.shape else "")
+        rows = [[str(i)] + [fmt_number(v.item()) for v in row] for i, row in enumerate(part)]
+        out.append(f"<h3>{html.escape(title)}{html.escape(note)}</h3>"
+                   + _table([""] + [str(j) for j in range(part.shape[1])], rows,
+                            numeric=set(range(1, part.shape[1] + 1))))
+    return (f"<h2>Viewed tensors ({len(tensors)})</h2>" + "".join(out)) if tensors else ""
+
+
+def viewed_tensor(tv: Any) -> list[tuple[str, Any]]:
+    """The slice a panel's tensor view shows now, as ``[(title, 2-D array)]`` (empty when it is closed)."""
+    from .tensor_math import parse_selection, select
+
+    if not getattr(tv, "visible", False) or getattr(tv, "node", None) is None:
+        return []
+    values = tv.values()
+    if values is None:
+        return []
+    sel = tv.selection
+    part = select(values, parse_selection(sel, values.shape))
+    return [(f"{tv.node} {tv.slot}, step {tv.step}, {tv.mode.value}, [{', '.join(sel)}]", part)]
+
+
+def export_html(source: Any, path: str | Path, *, graph: Any = None,
+                tensors: list[tuple[str, Any]] | None = None) -> Path:
     """Write one self-contained HTML file for ``source`` (a Debugger or an offline session): the graph
-    (interactive, no kernel needed), the hits, and the statistics of every tensor of the current step.
+    (interactive, no kernel needed), the hits, the statistics of every tensor of the current step, and
+    ``tensors`` (viewed slices: title, 2-D array).
 
     ``graph``: a :class:`~nbdebug.ui.graph_view.GraphView` whose open scopes and selection to keep
     (default: a fresh one, scopes collapsed)."""
@@ -175,6 +212,7 @@ def export_html(source: Any, path: str | Path, *, graph: Any = None) -> Path:
     title = f"nbdebug — {what or 'session'}, step {src.step}"
     header = (f"<h1>{html.escape(title)}</h1><p class='note'>state {html.escape(src.state)} · "
               f"{len(src.graph)} nodes · written {_dt.datetime.now().isoformat(timespec='seconds')}</p>")
-    body = header + "<h2>Graph</h2>" + graph_div("nbdebug-graph") + hits_html(src) + stats_html(src)
+    body = (header + "<h2>Graph</h2>" + graph_div("nbdebug-graph") + hits_html(src) + tensors_html(tensors or [])
+            + stats_html(src))
     p.write_text(page_html(title, body, [("nbdebug-graph", snap)]), encoding="utf-8")
     return p

@@ -221,6 +221,13 @@ class Panel(w.VBox):
         self._watch_changed()
         return made
 
+    def export_html(self, path: Any) -> Any:
+        """One self-contained HTML file: the graph as this panel shows it (open scopes, selection), the hits,
+        the tensor slice in view, and the node statistics (see :func:`nbdebug.ui.export.export_html`)."""
+        from .export import export_html, viewed_tensor
+
+        return export_html(self.source.obj, path, graph=self.graph_view, tensors=viewed_tensor(self.tensor_view))
+
     # -- lifetime ---------------------------------------------------------------------------------
     def close(self) -> None:
         """Unsubscribe from the source and close every widget of the panel."""
