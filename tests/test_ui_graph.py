@@ -163,6 +163,25 @@ def test_hover_card_statistics_are_the_debuggers(trained):
     assert "input.0 max / min / mean" not in rows
 
 
+class Log(nn.Module):
+    def forward(self, x):
+        return torch.log(x)
+
+
+def test_hover_card_statistics_are_finite_ones_with_nan_counts():
+    model = Log()
+    dbg = nbdebug.Debugger(model, level="mix")
+    try:
+        model(torch.tensor([[1.0, -1.0], [2.0, 3.0]]))
+        dbg.step()
+        rows = dict(GraphView(dbg).card("Torch.log.0.forward")["rows"])
+    finally:
+        dbg.close()
+    finite = torch.log(torch.tensor([1.0, 2.0, 3.0]))
+    assert rows["output.0 max / min / mean"] == f"{finite.max():.6g} / {finite.min():.6g} / {finite.mean():.6g}"
+    assert rows["output.0 NaN / +Inf / −Inf"] == "1 / 0 / 0"
+
+
 class Grows(nn.Module):
     """A net that runs one more op from the third step on (a new node while training)."""
 

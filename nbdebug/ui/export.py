@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .frontend import bundle_source
-from .graph_data import fmt_number, format_shape
+from .graph_data import finite_extrema, fmt_number, format_shape
 from .source import SourceView
 
 STYLE = """
@@ -130,7 +130,7 @@ STAT_COLUMNS = ["node", "slot", "shape", "dtype", "max", "min", "mean", "NaN", "
 
 
 def stats_rows(src: SourceView) -> list[list[str]]:
-    """One row per captured tensor of the current step: shape, dtype, max/min/mean and NaN/Inf counts."""
+    """One row per captured tensor of the current step: shape, dtype, finite max/min/mean, NaN/Inf counts."""
     rows = []
     for node in src.graph.in_order():
         for slot in sorted(node.shapes):
@@ -139,7 +139,7 @@ def stats_rows(src: SourceView) -> list[list[str]]:
             except Exception:  # noqa: BLE001 - not captured in this step
                 continue
             rows.append([node.name, slot, format_shape(st.get("shape")), str(st.get("dtype", "")),
-                         *(fmt_number(st.get(k)) for k in ("max", "min", "mean")),
+                         *(fmt_number(v) for v in finite_extrema(src, node.name, slot, st)),
                          *(fmt_number(st.get(k, 0)) for k in ("nan_count", "pos_inf_count", "neg_inf_count"))])
     return rows
 

@@ -472,7 +472,8 @@ def fmt_number(v: Any) -> str:
 
 def card(source: Any, name: str, key: str | None = None) -> dict[str, Any]:
     """The ``card`` message for node ``name``: op type, full name, scope, section, each slot's shape and
-    dtype, and the current step's statistics of its outputs (max / min / mean, NaN / +Inf / −Inf counts)."""
+    dtype, and the current step's statistics of its outputs (finite max / min / mean, NaN / +Inf / −Inf
+    counts; see :func:`finite_extrema`)."""
     node = source.graph[name]
     rows: list[list[str]] = [["op type", node.op_type], ["name", node.name],
                              ["scope", key if key is not None else f"{node.section}:{node.scope}"],
@@ -489,11 +490,29 @@ def card(source: Any, name: str, key: str | None = None) -> dict[str, Any]:
             st = source.stats(name, slot)
         except Exception:  # noqa: BLE001 - not captured this step
             continue
-        rows.append([f"{slot} max / min / mean",
-                     " / ".join(fmt_number(st.get(k)) for k in ("max", "min", "mean"))])
+        finite = finite_extrema(source, name, slot, st)
+        rows.append([f"{slot} max / min / mean", " / ".join(fmt_number(v) for v in finite)])
         rows.append([f"{slot} NaN / +Inf / −Inf",
                      " / ".join(fmt_number(st.get(k, 0)) for k in ("nan_count", "pos_inf_count", "neg_inf_count"))])
     return {"type": "card", "name": name, "rows": rows}
+
+
+def finite_extrema(source: Any, name: str, slot: str, st: Mapping[str, Any]) -> list[Any]:
+    """max, min, mean over the *finite* elements: the recorded statistics when they are finite, else (a
+    tensor with NaN/Inf) computed from the retained value (``None`` each when it is not retained)."""
+    vals = [st.get(k) for k in ("max", "min", "mean")]
+    bad = sum(int(st.get(k) or 0) for k in ("nan_count", "pos_inf_count", "neg_inf_count"))
+    if not bad or all(v is None or math.isfinite(float(v)) for v in vals):
+        return vals
+    try:
+        import numpy as np
+
+        from .tensor_math import tensor_stats
+
+        ts = tensor_stats(np.asarray(source.tensor(name, slot)))
+    except Exception:  # noqa: BLE001 - not retained: say nothing rather than nan
+        return [None, None, None]
+    return [ts.get(k) for k in ("max", "min", "mean")]
 
 
 def _slot_order(slot: str) -> tuple[int, str]:
