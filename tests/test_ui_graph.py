@@ -429,5 +429,17 @@ def test_gpt2_graph_message_is_small_and_grouped():
         assert top <= 2 and sum(groups.values()) + top == opt_total > 900
         assert max(groups.values()) <= 2 * min(groups.values())  # every parameter gets its share of ops
         assert "forward:transformer/h/0/attn" in {r[0] for r in msg["scopes"]}
+        # the node list shows the same counts for every scope
+        from nbdebug.ui.node_list import NodeList
+
+        nl = NodeList(gv.source)
+        nl.expanded.update(r[0] for r in msg["scopes"])
+        shown = {}
+        for section in ("forward", "backward", "optimizer"):  # one at a time: under the list's 1000 rows
+            nl.section.value = section
+            assert "rows shown" not in nl.message.value
+            shown.update({v[2:]: int(re.search(r"\((\d+)\)$", label).group(1))
+                          for label, v in nl._rows if v.startswith("s:")})
+        assert shown == {r[0]: r[5] for r in msg["scopes"] if r[5]}
     finally:
         dbg.close()
