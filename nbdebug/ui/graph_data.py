@@ -301,16 +301,19 @@ class GraphFeed:
         return rows
 
     def _snapshot(self, graph: Any) -> tuple[list[Any], list[tuple[str, str]], ScopeIndex]:
-        nodes = sorted(list(graph.nodes.values()), key=lambda n: (n.order < 0, n.order, n.name))
-        edges = list(graph.edges)
-        return nodes, edges, ScopeIndex(graph)
+        """Nodes (in execution order), edges and scopes, consistent with each other and with ``_version``
+        even while the training thread adds nodes (those added meanwhile come with the next update)."""
+        self._version = (graph.version, len(graph))
+        idx = ScopeIndex(graph)
+        nodes = [n for n in list(graph.nodes.values()) if n.name in idx.key_of]
+        nodes.sort(key=lambda n: (n.order < 0, n.order, n.name))
+        return nodes, list(graph.edges), idx
 
     def full(self, graph: Any) -> dict[str, Any]:
         """The whole graph (resets the bookkeeping)."""
         nodes, edges, idx = self._snapshot(graph)
         self.index = idx
         self._graph_id = id(graph)
-        self._version = (graph.version, len(graph))
         self.ids = {n.name: i for i, n in enumerate(nodes)}
         self.rows = [node_row(n, idx.key_of[n.name]) for n in nodes]
         self.scopes = self._scope_rows(idx)
@@ -342,7 +345,6 @@ class GraphFeed:
         names = {n.name for n in nodes}
         if any(name not in names for name in self.ids):
             return self.full(graph)
-        self._version = (graph.version, len(graph))
         self.index = idx
         new_rows, changed = [], []
         for n in nodes:
