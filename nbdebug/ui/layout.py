@@ -1,16 +1,16 @@
 """Small helpers naming the graph's items, shared by the views: a node's colour class, its short label, and
 scope keys (``"section:a/b"``). The graph's layout itself runs in the browser (``frontend/src/graph.ts``).
 
->>> scope_key("forward", "enc/l1"), split_scope_key("forward:enc/l1")
-('forward:enc/l1', ('forward', 'enc/l1'))
+>>> scope_key("forward", "enc/l1")
+'forward:enc/l1'
+
+The node classes are those of ``frontend/PROTOCOL.md``'s node rows: op, module, parameter, gradient,
+optimizer, input.
 """
 
 from __future__ import annotations
 
 from typing import Any
-
-#: Colour classes of graph items (what the legend shows).
-NODE_CLASSES: tuple[str, ...] = ("op", "module", "parameter", "gradient", "optimizer", "input", "scope")
 
 
 def node_class(node: Any) -> str:
@@ -36,11 +36,6 @@ def scope_key(section: str, scope: str) -> str:
     return f"{section}:{scope}"
 
 
-def split_scope_key(key: str) -> tuple[str, str]:
-    section, _, scope = key.partition(":")
-    return section, scope
-
-
 def short_label(node: Any) -> str:
     """A short label for a node in the picture (its full name is in the hover text).
 
@@ -59,13 +54,3 @@ def short_label(node: Any) -> str:
         label = ".".join(body[-2:]) if body else node.op_type
         return label + (" grad" if "parameters_grad" in parts else "")
     return node.op_type or name
-
-
-def scope_chain(section: str, scope: str) -> list[str]:
-    """Keys of every scope box from the outermost down to ``scope`` itself.
-
-    >>> scope_chain("forward", "a/b/c")
-    ['forward:a', 'forward:a/b', 'forward:a/b/c']
-    """
-    parts = [p for p in scope.split("/") if p]
-    return [scope_key(section, "/".join(parts[: i + 1])) for i in range(len(parts))]
