@@ -392,6 +392,12 @@ class Debugger:
 
         return Panel(self)
 
+    def export_html(self, path: str | Any) -> Any:
+        """Write one self-contained HTML file (graph, hits, node statistics) that opens with no server."""
+        from .ui.export import export_html
+
+        return export_html(self, path)
+
     def _ipython_display_(self) -> None:
         from IPython.display import display
 

@@ -1,4 +1,4 @@
-"""Pure parts of the panel: the scope-collapsed graph layout and the tensor view's numbers."""
+"""Pure parts of the panel: the graph view's data (scope keys, counts, deltas) and the tensor view's numbers."""
 
 import random
 
@@ -6,107 +6,98 @@ import numpy as np
 import pytest
 
 from nbdebug.session.graph import Graph, Node
-from nbdebug.ui.layout import compute_layout, node_class, scope_chain, short_label
+from nbdebug.ui.graph_data import GraphFeed, ScopeIndex, key_chain, scope_counts
+from nbdebug.ui.layout import node_class, short_label
 from nbdebug.ui.tensor_math import compare, default_selection, parse_selection, select, tensor_stats
 
 
-def random_graph(seed, n=300):
+def random_graph(seed, n=300, graph=None, start=0):
     rng = random.Random(seed)
-    g = Graph()
+    g = graph if graph is not None else Graph()
     scopes = [""]
     for _ in range(25):
         parent = rng.choice(scopes)
         scopes.append(f"{parent}/s{len(scopes)}" if parent else f"s{len(scopes)}")
-    names = []
-    for i in range(n):
+    names = list(g.nodes)
+    for i in range(start, start + n):
         section = "forward" if i < n * 0.5 else ("backward" if i < n * 0.9 else "optimizer")
         kind = rng.choice(["op", "op", "module", "parameter", "input"])
         name = f"N{i}"
         g.add_node(name, kind=kind, op_type=rng.choice(["linear", "relu", "add"]), scope=rng.choice(scopes),
                    section=section).order = i if rng.random() > 0.02 else -1
         names.append(name)
-    for i in range(1, n):
+    for i in range(max(1, len(names) - n), len(names)):
         g.add_edge(names[rng.randrange(i)], names[i])
         g.add_edge(names[i - 1], names[i])
     return g
 
 
-def all_scopes(g):
-    out = set()
-    for n in g:
-        out.update(scope_chain(n.section, n.scope))
-    return out
+def apply_delta(msg, delta):
+    """What a browser does with a delta: append nodes, replace changed rows and scope rows, append edges."""
+    assert delta["base"] == msg["rev"]
+    nodes = list(msg["nodes"]) + delta["nodes"]
+    for i, row in delta["changed"]:
+        nodes[i] = row
+    scopes = {r[0]: r for r in msg["scopes"]}
+    scopes.update({r[0]: r for r in delta["scopes"]})
+    return {"type": "graph", "rev": delta["rev"], "nodes": nodes, "scopes": list(scopes.values()),
+            "edges": msg["edges"] + delta["edges"]}
 
 
-def test_collapsed_by_default_counts_every_node_once():
-    g = random_graph(0)
-    lay = compute_layout(g)
-    assert sum(it.count for it in lay.items) == len(g)
-    for it in lay.items:
-        if it.kind == "scope":
-            assert "/" not in it.key.split(":", 1)[1]  # only top-level scopes
-        else:
-            assert g.nodes[it.key].scope == ""
-    assert lay.boxes == []
-    assert set(lay.of_node) == set(g.nodes)
-    for name, i in lay.of_node.items():
-        it = lay.items[i]
-        node = g.nodes[name]
-        assert it.key == name or (it.section == node.section and
-                                  node.scope.split("/")[0] == it.key.split(":", 1)[1])
+def as_sets(msg):
+    """A graph message up to node ids: rows, scope rows (module node by name), edges by name."""
+    names = [r[0] for r in msg["nodes"]]
+    scopes = {r[0]: (r[1], r[2], r[3], names[r[4]] if r[4] >= 0 else None, r[5]) for r in msg["scopes"]}
+    e = msg["edges"]
+    return ({tuple(r) for r in msg["nodes"]}, scopes, {(names[e[i]], names[e[i + 1]]) for i in range(0, len(e), 2)})
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
-def test_expanded_layout_invariants(seed):
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_scope_rows_count_every_node_once_per_enclosing_scope(seed):
     g = random_graph(seed)
-    rng = random.Random(seed)
-    scopes = sorted(all_scopes(g))
-    expanded = set(rng.sample(scopes, len(scopes) // 2))
-    lay = compute_layout(g, expanded)
-    items = lay.items
-    # x is the rank in execution order; no two items share a cell
-    by_x = sorted(items, key=lambda it: it.x)
-    assert [it.x for it in by_x] == list(range(len(items)))
-    orders = [it.order for it in by_x]
-    assert orders == sorted(orders)
-    assert len({(it.x, it.y) for it in items}) == len(items)
-    # a visible scope box is collapsed, its ancestors are expanded
-    for it in items:
-        if it.kind == "scope":
-            assert it.key not in expanded
-            assert all(k in expanded for k in scope_chain(*it.key.split(":", 1))[:-1])
-    # every box is an expanded scope, contains exactly its visible descendants, and boxes only nest
-    assert {b.key for b in lay.boxes} <= expanded
-    boxes = {b.key: b for b in lay.boxes}
-    for b in lay.boxes:
-        inside = [it for it in items if b.x0 <= it.x <= b.x1 and b.y0 < it.y <= b.y1]
-        desc = [it for it in items if it.parent is not None and (it.parent == b.key or
-                                                                 it.parent.startswith(b.key + "/"))]
-        assert {it.key for it in inside} == {it.key for it in desc}
-        assert all(it.y != b.y0 for it in items if b.x0 <= it.x <= b.x1)  # header row is free
-        for c in lay.boxes:
-            if c is b:
-                continue
-            overlap = not (c.x1 < b.x0 or b.x1 < c.x0 or c.y1 < b.y0 or b.y1 < c.y0)
-            nested = c.key.startswith(b.key + "/") or b.key.startswith(c.key + "/")
-            assert not overlap or nested, (b, c)
-    # parents of items are boxes (or the section root)
-    assert all(it.parent is None or it.parent in boxes for it in items)
-    # item edges: no self loops, each comes from a graph edge
-    for a, b in lay.edges:
-        assert a != b
-    expect = {(lay.of_node[s], lay.of_node[d]) for s, d in g.edges if lay.of_node[s] != lay.of_node[d]}
-    assert set(lay.edges) == expect
+    msg = GraphFeed().full(g)
+    keys = [r[0] for r in msg["scopes"]]
+    assert keys[:3] == ["forward:", "backward:", "optimizer:"] and len(set(keys)) == len(keys)
+    seen = set()
+    for key, parent, _label, section, _mod, count in msg["scopes"]:
+        assert parent is None or parent in seen  # parents first
+        seen.add(key)
+        under = [r for r in msg["nodes"] if key in key_chain(r[3])]
+        assert count == len(under) and key.startswith(section + ":")
+    assert sum(r[5] for r in msg["scopes"] if r[1] is None) == len(g)
+    assert sorted(r[0] for r in msg["nodes"]) == sorted(g.nodes)
+    assert {r[3] for r in msg["nodes"]} <= seen
+    names = [r[0] for r in msg["nodes"]]
+    e = msg["edges"]
+    assert {(names[e[i]], names[e[i + 1]]) for i in range(0, len(e), 2)} == set(g.edges)
 
 
-def test_sections_are_separate_boxes():
+@pytest.mark.parametrize("seed", [3, 4])
+def test_delta_applied_to_the_last_graph_equals_a_fresh_graph(seed):
+    g = random_graph(seed, n=120)
+    feed = GraphFeed()
+    base = feed.full(g)
+    assert feed.update(g) is None
+    random_graph(seed + 10, n=60, graph=g, start=120)  # more nodes and edges
+    g.nodes["N5"].shapes["output.0"] = (2, 3)          # a row that changed
+    delta = feed.update(g)
+    assert delta["type"] == "delta" and delta["base"] == base["rev"] and delta["rev"] == base["rev"] + 1
+    assert [r[0] for r in delta["nodes"]] == [f"N{i}" for i in range(120, 180) if g.nodes[f"N{i}"].order >= 0] + [
+        f"N{i}" for i in range(120, 180) if g.nodes[f"N{i}"].order < 0]
+    assert [i for i, _ in delta["changed"]] == [base["nodes"].index(next(r for r in base["nodes"] if r[0] == "N5"))]
+    got = apply_delta(base, delta)
+    assert as_sets(got) == as_sets(GraphFeed().full(g)) and got == feed.message()
+    # a different graph: a whole new graph message
+    assert feed.update(random_graph(seed, n=10))["type"] == "graph"
+
+
+def test_sections_are_separate_scopes_and_counts_are_shared():
     g = Graph()
     for i, (sec, scope) in enumerate([("forward", "fc1"), ("forward", "fc1"), ("backward", "fc1")]):
         g.add_node(f"n{i}", kind="op", op_type="linear", scope=scope, section=sec).order = i
-    lay = compute_layout(g)
-    assert [(it.key, it.count) for it in lay.items] == [("forward:fc1", 2), ("backward:fc1", 1)]
-    lay = compute_layout(g, {"backward:fc1"})
-    assert [it.key for it in lay.items] == ["forward:fc1", "n2"]
+    idx = ScopeIndex(g)
+    assert idx.counts == {"forward:": 2, "forward:fc1": 2, "backward:": 1, "backward:fc1": 1, "optimizer:": 0}
+    assert scope_counts(idx.key_of.values()) == {k: v for k, v in idx.counts.items() if v}
 
 
 def test_node_class_and_labels():

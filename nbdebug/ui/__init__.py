@@ -5,7 +5,9 @@
 and the ``%nbdebug`` magic (:mod:`nbdebug.ui.magics`) all build one.
 
 Modules, one concern each: ``source`` (what a panel reads), ``throttle`` (coalesced redraws),
-``layout`` (pure scope-collapsed graph layout), ``header``, ``graph_view``, ``node_list``, ``details``,
+``layout`` (node classes, labels, scope keys), ``graph_data`` (the graph view's protocol messages, pure),
+``frontend`` (the widget of our own front end), ``export`` (self-contained HTML), ``header``, ``graph_view``,
+``node_list``, ``details``,
 ``watch_panel``, ``hits``, ``controls``, ``tensor_math`` (pure numpy), ``tensor_view``, ``panel``,
 ``magics``, ``autosize`` (plotly figures as wide as their place); ``compare_panel`` is the run-comparison
 panel of ``nbdebug.compare`` (its own classes).
@@ -24,10 +26,8 @@ Stable CSS classes, for driving the panel from a browser (``widget.add_class``):
   recommended watchpoints (first panel on a live session)
     nbdebug-recommend        the offer bar; nbdebug-recommend-yes, nbdebug-recommend-no its buttons
   graph
-    nbdebug-graph            the plotly FigureWidget (traces: scopes, scope headers, edges, one per node
-                             class op/module/parameter/gradient/optimizer/input/scope, hits, paused at,
-                             selected); click a scope square to expand, the ▾ scope header (triangle + name)
-                             to collapse
+    nbdebug-graph            the graph widget (our front end, view "graph"; its DOM classes are
+                             frontend/src/graph.ts's, see frontend/PROTOCOL.md)
   node list
     nbdebug-nodes            the node list box
     nbdebug-node-section     section / graph-file filter (Dropdown)

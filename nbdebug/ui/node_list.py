@@ -4,6 +4,11 @@ One ``Select`` widget shows the rows (a tree of scopes, collapsed by default, or
 so a 50k-node graph costs one widget and at most :data:`MAX_ROWS` rows. Choosing a scope row opens or
 closes it; choosing a node row selects the node (and the panel reveals it in the graph).
 
+The tree is the graph view's: section roots (``forward``, ``backward``, ``optimizer``; open at first), module
+scopes inside them, optimizer ops grouped per parameter, and each scope's count computed by the same
+:func:`~nbdebug.ui.graph_data.scope_counts` over the listed nodes — with no type filter, the numbers
+the graph shows (see :mod:`nbdebug.ui.graph_data` for what a count counts).
+
 Filters: ``section`` is ``"all"``, ``"forward"``, ``"backward"``, ``"optimizer"`` or ``"graph:<name>"``
 (for nodes with a ``graph`` attribute, e.g. MindSpore graph files); ``node_type`` is ``"all"``,
 ``"kind:<kind>"`` or ``"op:<op_type>"``. Search is a case-insensitive substring, or a regular expression
@@ -19,20 +24,11 @@ from typing import Any
 import ipywidgets as w
 
 from ..session.graph import KINDS, SECTIONS
+from .graph_data import ROOTS, ScopeIndex, key_chain, parent_key, scope_counts, scope_label
 from .source import SourceView
 
 MAX_ROWS = 1000
 INDENT = "\u00a0\u00a0\u00a0"
-
-
-class _Tree:
-    __slots__ = ("children", "nodes", "count", "first")
-
-    def __init__(self) -> None:
-        self.children: dict[str, _Tree] = {}
-        self.nodes: list[Any] = []
-        self.count = 0
-        self.first = 1 << 60  # earliest execution order inside
 
 
 class NodeList:
@@ -41,7 +37,9 @@ class NodeList:
     def __init__(self, source: SourceView, on_select: Callable[[str], Any] = lambda name: None) -> None:
         self.source = source
         self.on_select = on_select
-        self.expanded: set[str] = set()  # scope paths "a/b"
+        self.expanded: set[str] = set(ROOTS)  # open scope keys ("forward:a/b"); the section roots start open
+        self._index: ScopeIndex | None = None
+        self._index_version: Any = None
         self._version: Any = None
         self._rows: list[tuple[str, str]] = []
         self._quiet = False
@@ -147,52 +145,62 @@ class NodeList:
             note += f", first {MAX_ROWS} shown"
         return rows, note
 
-    def _tree(self) -> _Tree:
-        root = _Tree()
-        keep = self.matches()
-        for n in list(self.source.graph.nodes.values()):
-            if not keep(n):
-                continue
-            order = n.order if n.order >= 0 else 1 << 60
-            t = root
-            t.count += 1
-            for part in n.scope_path:
-                t = t.children.setdefault(part, _Tree())
-                t.count += 1
-                if order < t.first:
-                    t.first = order
-            t.nodes.append(n)
-        return root
+    def scope_index(self) -> ScopeIndex:
+        """Scope keys of the nodes (the graph view's: per section, optimizer ops grouped per parameter)."""
+        graph = self.source.graph
+        if self._index is None or self._index_version != (id(graph), graph.version, len(graph)):
+            self._index = ScopeIndex(graph)
+            self._index_version = (id(graph), graph.version, len(graph))
+        return self._index
 
     def _tree_rows(self) -> tuple[list[tuple[str, str]], str]:
+        keep = self.matches()
+        key_of = self.scope_index().key_of
+        nodes = [n for n in list(self.source.graph.nodes.values()) if keep(n) and n.name in key_of]
+        counts = scope_counts(key_of[n.name] for n in nodes)  # the graph's counts, over the nodes listed
+        first: dict[str, int] = {}
+        children: dict[str, list[str]] = {}
+        leaves: dict[str, list[Any]] = {}
+        big = 1 << 60
+        for n in nodes:
+            k = key_of[n.name]
+            leaves.setdefault(k, []).append(n)
+            order = n.order if n.order >= 0 else big
+            for c in key_chain(k):
+                if order < first.get(c, big + 1):
+                    first[c] = order
+        for k in counts:
+            p = parent_key(k)
+            if p is not None:
+                children.setdefault(p, []).append(k)
         rows: list[tuple[str, str]] = []
-        root = self._tree()
         truncated = [False]
 
-        def walk(t: _Tree, path: str, depth: int) -> None:
-            items: list[tuple[int, str, Any]] = []
-            for part, sub in t.children.items():
-                items.append((sub.first, "s", (part, sub)))
-            for n in t.nodes:
-                items.append((n.order if n.order >= 0 else 1 << 60, "n", n))
-            items.sort(key=lambda it: (it[0], it[1]))
+        def walk(key: str, depth: int) -> None:
+            items: list[tuple[int, str, Any]] = [(first.get(c, big), "s", c) for c in children.get(key, [])]
+            items += [(n.order if n.order >= 0 else big, "n", n) for n in leaves.get(key, [])]
+            items.sort(key=lambda it: (it[0], it[1], it[2] if it[1] == "s" else it[2].name))
             for _, kind, ref in items:
                 if len(rows) >= MAX_ROWS:
                     truncated[0] = True
                     return
                 pad = INDENT * depth
                 if kind == "s":
-                    part, sub = ref
-                    sp = f"{path}/{part}" if path else part
-                    is_open = sp in self.expanded
-                    rows.append((f"{pad}{'▾' if is_open else '▸'} {part} ({sub.count})", f"s:{sp}"))
+                    is_open = ref in self.expanded
+                    rows.append((f"{pad}{'▾' if is_open else '▸'} {scope_label(ref)} ({counts[ref]})", f"s:{ref}"))
                     if is_open:
-                        walk(sub, sp, depth + 1)
+                        walk(ref, depth + 1)
                 else:
                     rows.append((f"{pad}• {ref.name}", f"n:{ref.name}"))
 
-        walk(root, "", 0)
-        note = f"{root.count} node{'s' if root.count != 1 else ''}"
+        for root in ROOTS:
+            if root in counts:
+                is_open = root in self.expanded
+                rows.append((f"{'▾' if is_open else '▸'} {scope_label(root)} ({counts[root]})", f"s:{root}"))
+                if is_open:
+                    walk(root, 1)
+        total = len(nodes)
+        note = f"{total} node{'s' if total != 1 else ''}"
         if truncated[0]:
             note += f"; first {MAX_ROWS} rows shown — close scopes or search"
         return rows, note
@@ -208,12 +216,12 @@ class NodeList:
             self.on_select(value[2:])
 
     def toggle(self, scope: str) -> None:
-        """Open or close scope path ``scope`` (``"block/lin"``) in the list."""
+        """Open or close scope ``scope`` (``"forward:block/lin"``) in the list."""
         if scope in self.expanded:
-            self.expanded = {s for s in self.expanded if s != scope and not s.startswith(scope + "/")}
+            inner = scope if scope.endswith(":") else scope + "/"
+            self.expanded = {s for s in self.expanded if s != scope and not s.startswith(inner)}
         else:
-            parts = scope.split("/")
-            self.expanded.update("/".join(parts[: i + 1]) for i in range(len(parts)))
+            self.expanded.update(key_chain(scope))
         self.refresh(force=True)
         self._quiet = True
         try:
@@ -222,18 +230,18 @@ class NodeList:
             self._quiet = False
 
     def choose(self, value: str) -> None:
-        """Choose a row as a click does: ``"n:<node name>"`` or ``"s:<scope path>"``."""
+        """Choose a row as a click does: ``"n:<node name>"`` or ``"s:<scope key>"``."""
         if value not in {v for _, v in self._rows}:
             raise KeyError(f"{value!r} is not a row of the node list now")
         self.rows.value = value
 
     def show(self, name: str) -> None:
         """Open the scopes of node ``name`` and highlight its row (without calling ``on_select``)."""
-        node = self.source.graph.nodes.get(name)
-        if node is None:
+        if name not in self.source.graph.nodes:
             return
-        parts = list(node.scope_path)
-        self.expanded.update("/".join(parts[: i + 1]) for i in range(len(parts)))
+        key = self.scope_index().key_of.get(name)
+        if key is not None:
+            self.expanded.update(key_chain(key))
         self.refresh(force=True)
         self._quiet = True
         try:

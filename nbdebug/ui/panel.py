@@ -145,7 +145,8 @@ class Panel(w.VBox):
     def _signature(self) -> tuple:
         src = self.source
         wm = src.watchpoints
-        return (src.state, src.session.step_index, len(src.graph), len(wm.hits),
+        closed = bool(getattr(src.obj, "closed", False))  # a closed debugger: the graph says so
+        return (src.state, closed, src.session.step_index, len(src.graph), len(wm.hits),
                 tuple((p.id, p.version, p.enabled) for p in wm.watchpoints.values()))
 
     def poll(self) -> None:
@@ -219,6 +220,13 @@ class Panel(w.VBox):
         self.watch.message.value = f"{len(made)} recommended watchpoints created"
         self._watch_changed()
         return made
+
+    def export_html(self, path: Any) -> Any:
+        """One self-contained HTML file: the graph as this panel shows it (open scopes, selection), the hits,
+        the tensor slice in view, and the node statistics (see :func:`nbdebug.ui.export.export_html`)."""
+        from .export import export_html, viewed_tensor
+
+        return export_html(self.source.obj, path, graph=self.graph_view, tensors=viewed_tensor(self.tensor_view))
 
     # -- lifetime ---------------------------------------------------------------------------------
     def close(self) -> None:
