@@ -93,7 +93,8 @@ def test_clicking_a_row_shows_both_tensors_and_selects_both_graphs(result):
     assert [p.tensor_views[k].layout.display for k in ("target", "golden", "diff")] == ["block"] * 3
     a = result.target.tensor("Functional.relu.0.forward", "output.0", 0)
     b = result.golden.tensor("Functional.relu.0.forward", "output.0", 0)
-    np.testing.assert_allclose(p.tensor_shown["diff"], np.asarray(a - b, dtype=np.float64).reshape(p.tensor_shown["diff"].shape), atol=1e-6)
+    diff = np.asarray(a - b, dtype=np.float64)
+    np.testing.assert_allclose(p.tensor_shown["diff"], diff.reshape(p.tensor_shown["diff"].shape), atol=1e-6)
     (diff_msg,) = p.tensor_views["diff"].recorded()
     assert diff_msg["scale"] == "diverging" and diff_msg["step"].startswith("difference target step 0")
     assert p.tensor_views["diff"].recorded_buffers("heatmap") == [p.tensor_shown["diff"].tobytes()]
