@@ -26,7 +26,7 @@ export interface HeatmapMsg extends Msg {
   reveal?: boolean;
 }
 
-const LEFT = 58, TOP = 6, BOTTOM = 38, RIGHT = 78, BAR = 14, MAX_H = 360;
+const LEFT = 58, TOP = 6, BOTTOM = 38, RIGHT = 100, BAR = 14, MAX_H = 360;
 
 /** Float values of a buffer as the kernel sent it (any ArrayBuffer / view, any alignment). */
 export function decodeValues(buf: unknown, dtype: string): Float32Array | Float64Array {
@@ -166,20 +166,29 @@ export function renderHeatmap(model: WidgetModel, el: HTMLElement): () => void {
     const ctx = canvas.getContext('2d')!;
     ctx.imageSmoothingEnabled = false;
     ctx.drawImage(src, 0, 0, canvas.width, canvas.height);
-    // NaN cells hatched where they are big enough to see it (the centre of a cell stays grey)
+    // NaN cells hatched (45° lines 8 px apart, none through a cell's centre: that pixel stays the NaN grey)
     if (cw >= 6 && ch >= 6 && (msg.counts?.nan ?? 0) > 0) {
       ctx.save();
       ctx.scale(dpr, dpr);
       ctx.strokeStyle = '#ffffff';
       ctx.lineWidth = 1;
-      ctx.beginPath();
       for (let i = 0; i < nr * nc; i++) {
         if (!Number.isNaN(values[i])) continue;
         const x = (i % nc) * cw, y = Math.floor(i / nc) * ch;
-        ctx.moveTo(x, y + ch / 2); ctx.lineTo(x + cw / 2, y);
-        ctx.moveTo(x + cw / 2, y + ch); ctx.lineTo(x + cw, y + ch / 2);
+        ctx.save();
+        ctx.beginPath();
+        ctx.rect(x, y, cw, ch);
+        ctx.clip();
+        ctx.beginPath();
+        const mid = x + cw / 2 + y + ch / 2; // x + y on the centre
+        const first = mid + 4 - 8 * Math.ceil((mid + 4 - (x + y)) / 8);
+        for (let c = first; c <= x + y + cw + ch; c += 8) { // the line x' + y' = c
+          ctx.moveTo(c - y, y);
+          ctx.lineTo(c - y - ch, y + ch);
+        }
+        ctx.stroke();
+        ctx.restore();
       }
-      ctx.stroke();
       ctx.restore();
     }
     ctx.strokeStyle = '#999';
@@ -212,7 +221,7 @@ export function renderHeatmap(model: WidgetModel, el: HTMLElement): () => void {
     // colour bar
     const barH = Math.max(plotH, 60);
     bar.width = BAR; bar.height = Math.round(barH);
-    bar.style.left = `${LEFT + plotW + 10}px`;
+    bar.style.left = `${LEFT + plotW + 8}px`;
     bar.style.top = `${TOP}px`;
     bar.style.width = `${BAR}px`;
     bar.style.height = `${barH}px`;
@@ -228,7 +237,7 @@ export function renderHeatmap(model: WidgetModel, el: HTMLElement): () => void {
     if (scale.kind === 'diverging') barTicks.push([0, barH / 2]);
     for (const [v, y] of barTicks) {
       const t = div('nbdebug-heat-bartick', labels,
-        `position:absolute;left:${LEFT + plotW + 10 + BAR + 4}px;top:${TOP + y}px;transform:translateY(-50%);color:#333`);
+        `position:absolute;left:${LEFT + plotW + 8 + BAR + 4}px;white-space:nowrap;top:${TOP + y}px;transform:translateY(-50%);color:#333`);
       t.textContent = msg.vmin === null && msg.vmax === null ? '–' : fmtValue(v);
     }
     drawLegend(scale);
