@@ -156,3 +156,56 @@ def test_relations_diagram_draws_nodes_and_hit_marks(page, snapshots):
         assert (xs[name] > xs[LOG]) == (depth > 0) and (xs[name] < xs[LOG]) == (depth < 0)
     page.locator("#rel").screenshot(path=str(ARTIFACTS / "relations.png"))
     assert page.errors == []
+
+
+# A model the page drives itself: the kernel's messages arrive after the view rendered (as live ones do).
+LIVE_MODEL = """([id, msg, b64]) => {
+    const handlers = [];
+    const model = {get: k => ({view: 'heatmap', height: 420})[k], set() {}, save_changes() {},
+                   on: (e, cb) => { if (e === 'msg:custom') handlers.push(cb); }, off() {}, send() {}};
+    const el = document.getElementById(id);
+    window.nbdebugUI.render({model, el});
+    const bin = atob(b64), bytes = new Uint8Array(bin.length);
+    for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
+    const t0 = performance.now();
+    for (const cb of handlers) cb(msg, [new DataView(bytes.buffer)]);
+    return performance.now() - t0;
+}"""
+
+
+def live_render(pg: Any, target: str, msg: dict[str, Any], plane: Any) -> float:
+    import base64
+
+    return pg.evaluate(LIVE_MODEL, [target, msg, base64.b64encode(plane.tobytes()).decode("ascii")])
+
+
+def test_a_new_tensor_scrolls_into_view_and_large_ones_are_cut(page):
+    import numpy as np
+
+    from nbdebug.ui.heatmap_data import MAX_HEAT, heatmap_message
+
+    page.evaluate("""() => { const s = document.createElement('div'); s.style.height = '3000px';
+        const el = document.createElement('div'); el.id = 'far'; el.style.width = '720px';
+        document.body.append(s, el); window.scrollTo(0, 0); }""")
+    x = np.random.default_rng(0).standard_normal((1000, 700)).astype(np.float32)
+    msg, plane = heatmap_message(x, ["100:", ":"], title="big", step="current step 1", reveal=True)
+    ms = live_render(page, "far", msg, plane)
+    page.wait_for_function("() => window.scrollY > 2000")  # the view scrolled itself into sight
+    title = texts(page, "#far .nbdebug-heat-title")[0]
+    assert f"showing the first {MAX_HEAT}×{MAX_HEAT} of 900×700" in title
+    rows = [int(t) for t in texts(page, "#far .nbdebug-heat-ytick")]
+    cols = [int(t) for t in texts(page, "#far .nbdebug-heat-xtick")]
+    assert rows[0] == 100 and all(b > a for a, b in zip(rows, rows[1:]))  # noqa: B905
+    assert cols[0] == 0 and cols[-1] < MAX_HEAT and len(cols) < 40
+    boxes = page.evaluate("() => Array.from(document.querySelectorAll('#far .nbdebug-heat-xtick'), "
+                          "e => { const r = e.getBoundingClientRect(); return [r.left, r.right]; })")
+    assert all(a[1] <= b[0] for a, b in zip(boxes, boxes[1:])), "x tick labels overlap"  # noqa: B905
+    assert ms < 1000, f"drawing 512×512 cells took {ms:.0f} ms"
+    page.locator("#far").screenshot(path=str(ARTIFACTS / "heat-large.png"))
+    # a 1-D tensor: one row, column ticks only
+    msg, plane = heatmap_message(np.linspace(-1, 1, 9), [":"], title="vector", step="current step 1")
+    live_render(page, "heat", msg, plane)
+    assert texts(page, "#heat .nbdebug-heat-ytick") == []
+    assert texts(page, "#heat .nbdebug-heat-xtick") == [str(i) for i in range(9)]
+    page.locator("#heat").screenshot(path=str(ARTIFACTS / "heat-vector.png"))
+    assert page.errors == []

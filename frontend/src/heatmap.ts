@@ -79,7 +79,6 @@ export function renderHeatmap(model: WidgetModel, el: HTMLElement): () => void {
   const labels = div('nbdebug-heat-labels', body);
   const legend = div('nbdebug-heat-legend', el, 'display:flex;gap:12px;margin-top:4px;align-items:center');
   const readout = div('nbdebug-heat-readout', el, 'font-family:var(--jp-code-font-family, monospace);min-height:1.4em');
-  const note = div('nbdebug-heat-note', el, 'color:#8c6d1f');
 
   let msg: HeatmapMsg | null = null;
   let values: Float32Array | Float64Array | null = null;
@@ -124,7 +123,6 @@ export function renderHeatmap(model: WidgetModel, el: HTMLElement): () => void {
       return;
     }
     head.textContent = `${msg.title} · ${msg.step}`;
-    note.textContent = msg.note ?? '';
     if (msg.empty !== undefined || !values || !msg.shape) {
       body.style.height = '0px';
       canvas.width = canvas.height = 0;

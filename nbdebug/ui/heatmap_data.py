@@ -9,11 +9,14 @@ data and differences get a diverging scale centred on 0; non-negative data a seq
 >>> import numpy as np
 >>> x = np.arange(40.0).reshape(10, 4) - 3
 >>> x[5, 1] = np.nan
->>> msg, values = heatmap_message(x, ("4:8", "1"), title="t", step="current step 3")
+>>> msg, values = heatmap_message(x, ("4:8", "1:2"), title="t", step="current step 3")
 >>> msg["rows"], msg["cols"], msg["index"], msg["shape"]
-([4, 5, 6, 7], None, [None, 1], [4, 1])
+([4, 5, 6, 7], [1], [None, None], [4, 1])
 >>> msg["scale"], msg["counts"]["nan"], values.dtype.name
 ('sequential', 1, 'float64')
+>>> msg, _ = heatmap_message(x, ("4:8", "1"), title="t", step="s")   # 1-D: one row
+>>> msg["rows"], msg["cols"], msg["index"], msg["shape"]
+(None, [4, 5, 6, 7], [None, 1], [1, 4])
 """
 
 from __future__ import annotations
