@@ -159,24 +159,29 @@ def test_relations_diagram_draws_nodes_and_hit_marks(page, snapshots):
 
 
 # A model the page drives itself: the kernel's messages arrive after the view rendered (as live ones do).
-LIVE_MODEL = """([id, msg, b64]) => {
+LIVE_RENDER = """(id) => {
     const handlers = [];
     const model = {get: k => ({view: 'heatmap', height: 420})[k], set() {}, save_changes() {},
                    on: (e, cb) => { if (e === 'msg:custom') handlers.push(cb); }, off() {}, send() {}};
-    const el = document.getElementById(id);
-    window.nbdebugUI.render({model, el});
+    window.nbdebugUI.render({model, el: document.getElementById(id)});
+    window['handlers_' + id] = handlers;
+}"""
+LIVE_MESSAGE = """([id, msg, b64]) => {
     const bin = atob(b64), bytes = new Uint8Array(bin.length);
     for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
     const t0 = performance.now();
-    for (const cb of handlers) cb(msg, [new DataView(bytes.buffer)]);
+    for (const cb of window['handlers_' + id]) cb(msg, [new DataView(bytes.buffer)]);
     return performance.now() - t0;
 }"""
 
 
 def live_render(pg: Any, target: str, msg: dict[str, Any], plane: Any) -> float:
+    """Render ``target`` with a live model, then (a kernel's message a while later) send it ``msg``."""
     import base64
 
-    return pg.evaluate(LIVE_MODEL, [target, msg, base64.b64encode(plane.tobytes()).decode("ascii")])
+    pg.evaluate(LIVE_RENDER, target)
+    pg.wait_for_timeout(1100)  # later than the answer to a view's hello (which never scrolls)
+    return pg.evaluate(LIVE_MESSAGE, [target, msg, base64.b64encode(plane.tobytes()).decode("ascii")])
 
 
 def test_a_new_tensor_scrolls_into_view_and_large_ones_are_cut(page):

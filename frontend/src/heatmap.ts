@@ -85,6 +85,7 @@ export function renderHeatmap(model: WidgetModel, el: HTMLElement): () => void {
   let geom = { cw: 1, ch: 1, w: 0, h: 0 };
   let pendingReveal = false;
   let replaying = false;
+  let received = 0;
 
   function indexText(r: number, c: number): string {
     const m = msg!;
@@ -241,7 +242,16 @@ export function renderHeatmap(model: WidgetModel, el: HTMLElement): () => void {
     drawLegend(scale);
     if (pendingReveal && el.clientWidth > 0) {
       pendingReveal = false;
-      el.scrollIntoView({ block: 'nearest' });
+      reveal();
+    }
+  }
+
+  /** Scroll the tensor view holding this heatmap (or the heatmap) into sight if it is not. */
+  function reveal(): void {
+    const target = (el.closest('.nbdebug-tensor-view') as HTMLElement | null) ?? el;
+    const r = target.getBoundingClientRect();
+    if (r.top < 0 || r.bottom > window.innerHeight) {
+      target.scrollIntoView({ block: r.height > window.innerHeight ? 'start' : 'nearest' });
     }
   }
 
@@ -271,7 +281,10 @@ export function renderHeatmap(model: WidgetModel, el: HTMLElement): () => void {
     }
     msg = m;
     readout.textContent = '';
-    if (m.reveal && !replaying) pendingReveal = true;
+    // a replayed message (a static model, or the kernel's answer to this view's hello) does not scroll
+    const replay = replaying || (received === 0 && performance.now() - helloAt < 1000);
+    received++;
+    if (m.reveal && !replay) pendingReveal = true;
     draw();
   }
   model.on('msg:custom', onMsg);
@@ -283,6 +296,7 @@ export function renderHeatmap(model: WidgetModel, el: HTMLElement): () => void {
   }) : null;
   ro?.observe(el);
   replaying = true; // a static model answers hello at once: a replayed view does not scroll the page
+  const helloAt = performance.now();
   model.send({ type: 'hello' });
   replaying = false;
   return () => {
