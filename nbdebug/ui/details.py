@@ -4,7 +4,7 @@ nodes that produce and consume them, and the Python stack where the node was cal
 Producer/consumer buttons (``nbdebug-details-link``) select that node; the ``View <slot>`` buttons
 (``nbdebug-details-view``) open the tensor view on that slot.
 
-Statistics are those of :func:`~.tensor_math.node_stats` (max/min/mean of the finite values, NaN/Inf counts),
+Statistics are those of :func:`~.tensor_math.stats_from` (max/min/mean of the finite values, NaN/Inf counts),
 the numbers the tensor view shows for the same tensor and step.
 """
 
@@ -18,7 +18,7 @@ import ipywidgets as w
 import numpy as np
 
 from .source import SourceView
-from .tensor_math import fmt, node_stats, stat_texts
+from .tensor_math import fmt, stat_texts, stats_from
 
 MAX_LINKS = 12
 PREVIEW = 6
@@ -101,17 +101,19 @@ class NodeDetails:
         for slot in sorted(node.shapes, key=slot_order):
             dtype = node.dtypes.get(slot, "")
             shape = node.shapes.get(slot)
-            st = node_stats(self.source, name, slot, "current")
+            try:  # read once: for the statistics and the preview
+                values, why = np.asarray(self.source.tensor(name, slot, "current")), ""
+                dtype, shape = str(values.dtype), values.shape
+            except Exception as e:  # noqa: BLE001 - NotRetainedError & co.: the reason is what we show
+                values, why = None, str(e).strip("'\"")
+            st = stats_from(values, lambda slot=slot: self.source.stats(name, slot, "current"), why)
             self.slot_stats[slot] = st
             if "error" in st:
                 cells = [f"<i>{html.escape(str(st['error'])[:80])}</i>"] + [""] * (len(_SHOWN) - 1)
             else:
                 texts = stat_texts(st, _SHOWN)
                 cells = [html.escape(texts[k]) for k in _SHOWN]
-            try:
-                value = html.escape(preview(self.source.tensor(name, slot, "current")))
-            except Exception as e:  # noqa: BLE001 - the reason it is not available is what we show
-                value = f"<i>{html.escape(str(e)[:120])}</i>"
+            value = html.escape(preview(values)) if values is not None else f"<i>{html.escape(why[:120])}</i>"
             link = producers.get(slot) or consumers.get(slot) or []
             rel = ("from " if slot in producers else "to ") + ", ".join(link[:3]) if link else ""
             rel += f" (+{len(link) - 3})" if len(link) > 3 else ""
