@@ -110,7 +110,7 @@ export function renderHeatmap(model: WidgetModel, el: HTMLElement): () => void {
       item.appendChild(document.createTextNode(`${SPECIAL[key].label} ${counts[key]}`));
     }
     if (scale) {
-      const s = div('nbdebug-heat-scale', legend, 'color:#666');
+      const s = div('nbdebug-heat-scale', legend, 'color:var(--jp-ui-font-color2,#666)');
       s.textContent = scale.kind === 'diverging' ? 'diverging scale, centred on 0' : 'sequential scale';
     }
   }
@@ -199,21 +199,21 @@ export function renderHeatmap(model: WidgetModel, el: HTMLElement): () => void {
       const widest = String(Math.max(...cols.map(Math.abs))).length;
       for (const p of tickPositions(nc, cw, Math.max(24, widest * 7 + 10))) {
         const t = div('nbdebug-heat-xtick', labels,
-          `position:absolute;top:${TOP + plotH + 2}px;left:${LEFT + (p + 0.5) * cw}px;transform:translateX(-50%);color:#333`);
+          `position:absolute;top:${TOP + plotH + 2}px;left:${LEFT + (p + 0.5) * cw}px;transform:translateX(-50%);color:var(--jp-ui-font-color1,#333)`);
         t.textContent = String(cols[p]);
       }
       const ax = div('nbdebug-heat-xlabel', labels,
-        `position:absolute;top:${TOP + plotH + 18}px;left:${LEFT + plotW / 2}px;transform:translateX(-50%);color:#666`);
+        `position:absolute;top:${TOP + plotH + 18}px;left:${LEFT + plotW / 2}px;transform:translateX(-50%);color:var(--jp-ui-font-color2,#666)`);
       ax.textContent = `dim ${msg.col_axis}`;
     }
     if (rows) {
       for (const p of tickPositions(nr, ch, 14)) {
         const t = div('nbdebug-heat-ytick', labels,
-          `position:absolute;right:${width - LEFT + 4}px;top:${TOP + (p + 0.5) * ch}px;transform:translateY(-50%);color:#333`);
+          `position:absolute;right:${width - LEFT + 4}px;top:${TOP + (p + 0.5) * ch}px;transform:translateY(-50%);color:var(--jp-ui-font-color1,#333)`);
         t.textContent = String(rows[p]);
       }
       const ax = div('nbdebug-heat-ylabel', labels,
-        `position:absolute;left:0;top:${TOP + plotH / 2}px;transform:translateY(-50%) rotate(-90deg);color:#666`);
+        `position:absolute;left:0;top:${TOP + plotH / 2}px;transform:translateY(-50%) rotate(-90deg);color:var(--jp-ui-font-color2,#666)`);
       ax.textContent = `dim ${msg.row_axis}`;
     }
 
@@ -236,7 +236,7 @@ export function renderHeatmap(model: WidgetModel, el: HTMLElement): () => void {
     if (scale.kind === 'diverging') barTicks.push([0, barH / 2]);
     for (const [v, y] of barTicks) {
       const t = div('nbdebug-heat-bartick', labels,
-        `position:absolute;left:${LEFT + plotW + 8 + BAR + 4}px;white-space:nowrap;top:${TOP + y}px;transform:translateY(-50%);color:#333`);
+        `position:absolute;left:${LEFT + plotW + 8 + BAR + 4}px;white-space:nowrap;top:${TOP + y}px;transform:translateY(-50%);color:var(--jp-ui-font-color1,#333)`);
       t.textContent = msg.vmin === null && msg.vmax === null ? '–' : fmtValue(v);
     }
     drawLegend(scale);
