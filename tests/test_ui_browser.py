@@ -216,6 +216,14 @@ def test_panel_drives_quickstart_training(lab_page: LabPage) -> None:
     assert after["rows"] == ["4", "5", "6", "7"] and after["cols"] == ["0"], after  # original indices
     assert after["cells"][1] == "nan" and "NaN 1" in after["legend"], after  # NaN marked, not a gap
     shot(lab, "ui-tensor-view", f"{PANEL} .nbdebug-tensor-view")
+    # Clicking a producer in the relationship diagram selects it (the kernel answers the click).
+    producer = lab.page.evaluate("""(sel) => document.querySelector(
+        sel + ' .nbdebug-tensor-graph .nbdebug-rel-node[data-depth="-1"]').dataset.name""", PANEL)
+    panel.locator(f".nbdebug-tensor-graph .nbdebug-rel-node[data-name='{producer}'] rect").click()
+    expect(lab, f"{producer} selected from the relationship diagram", """([sel, name]) => {
+        const t = document.querySelector(sel + ' .nbdebug-details-title');
+        return t && t.textContent.includes(name);
+    }""", arg=[PANEL, producer])
 
     # TERMINATE ends training.
     panel.locator("button.nbdebug-terminate").click()

@@ -97,11 +97,11 @@ export function renderRelations(model: WidgetModel, el: HTMLElement): () => void
       svg('rect', { width: NODE_W, height: NODE_H, rx: 5, fill: CLASS_COLOURS[cls] ?? '#888',
         stroke: center ? '#000' : name === selected ? '#f0a000' : '#333', 'stroke-width': center || name === selected ? 2.5 : 1 }, g);
       const t = svg('text', { x: NODE_W / 2, y: NODE_H / 2 + 4, 'text-anchor': 'middle', fill: '#fff',
-        'font-weight': center ? 'bold' : 'normal', class: 'nbdebug-rel-label' }, g);
+        'font-weight': center ? 'bold' : 'normal', class: 'nbdebug-rel-label', 'pointer-events': 'none' }, g);
       t.textContent = clip(label, 22);
       if (marks) {
         const mk = svg('text', { x: NODE_W / 2, y: -3, 'text-anchor': 'middle', fill: '#cf222e',
-          'font-weight': 'bold', class: 'nbdebug-rel-mark' }, g);
+          'font-weight': 'bold', class: 'nbdebug-rel-mark', 'pointer-events': 'none' }, g);
         mk.textContent = marks;
       }
       g.addEventListener('click', () => {
