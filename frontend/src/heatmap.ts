@@ -261,7 +261,8 @@ export function renderHeatmap(model: WidgetModel, el: HTMLElement): () => void {
     const c = Math.floor((ev.clientX - rect.left) / geom.cw);
     const r = Math.floor((ev.clientY - rect.top) / geom.ch);
     if (r < 0 || c < 0 || r >= msg.shape[0] || c >= msg.shape[1]) return;
-    readout.textContent = `${indexText(r, c)} = ${fmtValue(values[r * msg.shape[1] + c])}`;
+    const idx = (msg.index ?? []).length ? indexText(r, c) : 'value'; // a 0-d tensor has no index
+    readout.textContent = `${idx} = ${fmtValue(values[r * msg.shape[1] + c])}`;
   }
   canvas.addEventListener('mousemove', onMove);
   canvas.addEventListener('mouseleave', () => { if (msg && !msg.empty) readout.textContent = ''; });
@@ -275,7 +276,10 @@ export function renderHeatmap(model: WidgetModel, el: HTMLElement): () => void {
       values = null;
       m.empty = String(e);
     }
-    if (values && m.shape && values.length !== m.shape[0] * m.shape[1]) {
+    if (values && m.shape && values.length === 0) {
+      m.empty = `nothing to draw: the selection has ${m.shape[0]}×${m.shape[1]} elements`;
+      values = null;
+    } else if (values && m.shape && values.length !== m.shape[0] * m.shape[1]) {
       m.empty = `heatmap: ${values.length} values for a ${m.shape[0]}×${m.shape[1]} selection`;
       values = null;
     }
