@@ -213,4 +213,13 @@ def test_a_new_tensor_scrolls_into_view_and_large_ones_are_cut(page):
     assert texts(page, "#heat .nbdebug-heat-ytick") == []
     assert texts(page, "#heat .nbdebug-heat-xtick") == [str(i) for i in range(9)]
     page.locator("#heat").screenshot(path=str(ARTIFACTS / "heat-vector.png"))
+    # nothing to draw: a value that is not retained (the reason is shown), an empty selection
+    from nbdebug.ui.heatmap_data import empty_message
+
+    why = "step 0 has statistics but no retained value"
+    live_render(page, "single", empty_message("gone", "current step 0", why), np.zeros(0, np.float32))
+    assert texts(page, "#single .nbdebug-heat-readout") == [why]
+    msg, plane = heatmap_message(np.zeros((3, 0), np.float32), [":", ":"], title="none", step="s")
+    live_render(page, "rel", msg, plane)
+    assert texts(page, "#rel .nbdebug-heat-readout") == ["nothing to draw: the selection has 3×0 elements"]
     assert page.errors == []
