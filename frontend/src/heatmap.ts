@@ -77,7 +77,7 @@ export function renderHeatmap(model: WidgetModel, el: HTMLElement): () => void {
   bar.style.position = 'absolute';
   body.appendChild(bar);
   const labels = div('nbdebug-heat-labels', body);
-  const legend = div('nbdebug-heat-legend', el, 'display:flex;gap:12px;margin-top:4px;align-items:center');
+  const legend = div('nbdebug-heat-legend', el, 'display:flex;flex-wrap:wrap;gap:2px 12px;margin-top:4px;align-items:center');
   const readout = div('nbdebug-heat-readout', el, 'font-family:var(--jp-code-font-family, monospace);min-height:1.4em');
 
   let msg: HeatmapMsg | null = null;
@@ -102,7 +102,8 @@ export function renderHeatmap(model: WidgetModel, el: HTMLElement): () => void {
     legend.innerHTML = '';
     const counts = msg?.counts ?? { nan: 0, pos_inf: 0, neg_inf: 0 };
     for (const key of ['nan', 'pos_inf', 'neg_inf'] as const) {
-      const item = div(`nbdebug-heat-legend-item nbdebug-heat-legend-${key}`, legend, 'display:flex;gap:4px;align-items:center');
+      const item = div(`nbdebug-heat-legend-item nbdebug-heat-legend-${key}`, legend,
+        'display:flex;gap:4px;align-items:center;white-space:nowrap');
       const sw = div('nbdebug-heat-swatch', item,
         `width:14px;height:12px;border:1px solid #666;background:${SPECIAL[key].css}` +
         (key === 'nan' ? ';background-image:repeating-linear-gradient(45deg,transparent 0 3px,#fff 3px 4px)' : ''));
@@ -123,7 +124,7 @@ export function renderHeatmap(model: WidgetModel, el: HTMLElement): () => void {
       legend.innerHTML = '';
       return;
     }
-    head.textContent = `${msg.title} · ${msg.step}`;
+    head.textContent = `${msg.title} · ${msg.step}` + (msg.selection && msg.selection !== '[]' ? ` · ${msg.selection}` : '');
     if (msg.empty !== undefined || !values || !msg.shape) {
       body.style.height = '0px';
       canvas.width = canvas.height = 0;
