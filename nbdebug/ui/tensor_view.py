@@ -88,6 +88,7 @@ class TensorView:
         self._steps: tuple[int | str, int | str] = ("current", "previous")
         self._step_ints: tuple[int | None, int | None] = (None, None)
         self.error_texts: dict[str, str] = {}
+        self._stats_key: Any = None
         self._quiet = False
         #: node -> hit abbreviations drawn in the relationship diagram
         self.marks: dict[str, str] = {}
@@ -158,6 +159,7 @@ class TensorView:
             raise KeyError(f"no node named {node!r} in the graph")
         self.node, self.slot, self.step, self.hit = node, slot, step, hit
         self._diff = None
+        self._stats_key = None  # statistics recomputed for the newly loaded values
         self.error.value = ""
         self._cur, cur_err = self._load(step)
         prev_step: int | str = "previous" if step == "current" else int(step) - 1
@@ -257,6 +259,10 @@ class TensorView:
             return self._cur
         if mode == "previous":
             return self._prev
+        return self._difference()
+
+    def _difference(self) -> np.ndarray | None:
+        """current − previous with the tolerance applied (cached per tolerance); None without both."""
         if self._cur is None or self._prev is None or self._cur.shape != self._prev.shape:
             return None
         tol = float(self.tolerance.value)
@@ -296,9 +302,11 @@ class TensorView:
         self.table.value = _value_table(plane, msg["rows"], msg["cols"]) + note
 
     def _draw_stats(self) -> None:
-        diff = None
-        if self._cur is not None and self._prev is not None and self._cur.shape == self._prev.shape:
-            diff = compare(self._cur, self._prev, float(self.tolerance.value))
+        key = (self.node, self.slot, self._steps, id(self._cur), id(self._prev), float(self.tolerance.value))
+        if key == self._stats_key:  # a new selection or mode: same statistics (they are of whole tensors)
+            return
+        self._stats_key = key
+        diff = self._difference()
         errors = self.error_texts
         cols = {
             "current": stats_from(self._cur, self._recorded(self._steps[0]), errors.get("current", "")),
