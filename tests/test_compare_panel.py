@@ -89,10 +89,15 @@ def test_clicking_a_row_shows_both_tensors_and_selects_both_graphs(result):
     p.row_buttons[idx].click()
     assert p.selected.name == "Functional.relu.0.forward.output.0"
     assert "nbdebug-compare-selected" in p.row_boxes[idx]._dom_classes
-    assert [tr.name for tr in p.tensor_fig.data] == ["target", "golden", "target − golden"]
+    assert list(p.tensor_shown) == ["target", "golden", "diff"]
+    assert [p.tensor_views[k].layout.display for k in ("target", "golden", "diff")] == ["block"] * 3
     a = result.target.tensor("Functional.relu.0.forward", "output.0", 0)
     b = result.golden.tensor("Functional.relu.0.forward", "output.0", 0)
-    np.testing.assert_allclose(np.asarray(p.tensor_fig.data[2].z, dtype=np.float64), a - b, atol=1e-6)
+    diff = np.asarray(a - b, dtype=np.float64)
+    np.testing.assert_allclose(p.tensor_shown["diff"], diff.reshape(p.tensor_shown["diff"].shape), atol=1e-6)
+    (diff_msg,) = p.tensor_views["diff"].recorded()
+    assert diff_msg["scale"] == "diverging" and diff_msg["step"].startswith("difference target step 0")
+    assert p.tensor_views["diff"].recorded_buffers("heatmap") == [p.tensor_shown["diff"].tobytes()]
     assert "Functional.relu.0.forward.output.0" in p.detail.value and f"({p.selected.status}," in p.detail.value
     assert p.selected.status in ("error", "warning")
     assert p.graph_target.selected == "Functional.relu.0.forward"
@@ -100,8 +105,24 @@ def test_clicking_a_row_shows_both_tensors_and_selects_both_graphs(result):
     # an unmatched target row: no golden tensor, the golden graph has nothing selected
     gi = [r.name for r in p.visible_rows()].index("Functional.gelu.0.forward.output.0")
     p.row_buttons[gi].click()
-    assert [tr.name for tr in p.tensor_fig.data] == ["target"]
+    assert list(p.tensor_shown) == ["target"] and p.tensor_views["golden"].layout.display == "none"
     assert p.graph_target.selected == "Functional.gelu.0.forward" and p.graph_golden.selected is None
+
+
+def test_compare_panel_has_no_plotly_figure(result):
+    import plotly.graph_objects as go
+
+    from nbdebug.ui.frontend import FrontendWidget
+
+    p = ComparePanel(result, graphs=False)
+    p.select(0)
+    stack, found = [p.widget], []
+    while stack:
+        wd = stack.pop()
+        found.append(wd)
+        stack.extend(getattr(wd, "children", ()))
+    assert not [wd for wd in found if isinstance(wd, go.FigureWidget)]
+    assert sum(isinstance(wd, FrontendWidget) and wd.view == "heatmap" for wd in found) == 3
 
 
 def test_first_divergence_button(result):
@@ -123,5 +144,5 @@ def test_result_panel_and_statistics_only_rows(tmp_path):
     p = res.panel()
     assert isinstance(p, ComparePanel)
     p.select(0)
-    assert p.tensor_fig.data == () and "statistics only" in p.tensor_fig.layout.title.text
+    assert p.tensor_shown == {} and "statistics only" in p.tensor_message.value
     assert "<table>" in p.detail.value and "nbdebug-compare" in p.widget._dom_classes

@@ -186,25 +186,46 @@ def test_panel_drives_quickstart_training(lab_page: LabPage) -> None:
         const t = document.querySelector(sel + ' .nbdebug-tensor-title');
         return t && t.textContent.includes(name) && /step 3 .*\\(16, 1\\)/.test(t.textContent);
     }""", arg=[PANEL, ORIGIN])
-    for plot in ("nbdebug-tensor-heatmap", "nbdebug-tensor-graph"):
-        expect_fitted(lab, plot)
-    gap = lab.page.evaluate(MARK_GAP, [PANEL, "nbdebug-tensor-graph"])
-    assert gap is not None and gap < 80, f"hit marks are {gap} px away from their nodes in the relationships"
+    expect(lab, "the heatmap drawn as wide as its place, in sight", """(sel) => {
+        const v = document.querySelector(sel + ' .nbdebug-tensor-view');
+        const cv = v.querySelector('.nbdebug-tensor-heatmap canvas.nbdebug-heat-canvas');
+        const r = v.querySelector('.nbdebug-tensor-heatmap').getBoundingClientRect();
+        return cv && cv.dataset.rows === '16' && cv.clientWidth > 100 && r.top >= 0 && r.top < innerHeight;
+    }""", arg=PANEL)
+    gap = lab.page.evaluate("""(sel) => {
+        const marks = document.querySelectorAll(sel + ' .nbdebug-tensor-graph .nbdebug-rel-mark');
+        if (!marks.length) return null;
+        return Math.max(...Array.from(marks, m => {
+            const rect = m.parentNode.querySelector('rect').getBoundingClientRect();
+            return Math.abs(m.getBoundingClientRect().bottom - rect.top);
+        }));
+    }""", PANEL)
+    assert gap is not None and gap < 20, f"hit marks are {gap} px away from their nodes in the relationships"
     before = tensor_facts(lab)
-    assert len(before["table"]) == 16 and len(before["heat"]) == 16, before
+    assert len(before["table"]) == 16 and before["rows"] == [str(i) for i in range(16)], before
     assert [r for r, (v,) in enumerate(before["table"]) if v == "nan"] == [5], before  # the bad sample
+    assert [r for r, c in enumerate(before["cells"]) if c == "nan"] == [5], before  # drawn as NaN
     view.locator(".nbdebug-slice-0 input").fill("4:8")
     view.locator(".nbdebug-slice-0 input").press("Enter")
     expect(lab, "the heatmap and table follow the new slice", """(sel) => {
         const v = document.querySelector(sel + ' .nbdebug-tensor-view');
         const table = v.querySelector('.nbdebug-tensor-table table');
-        const plot = v.querySelector('.nbdebug-tensor-heatmap.js-plotly-plot');
-        return table && table.rows.length === 5 && plot && plot._fullData && plot._fullData[0].z.length === 4;
+        const cv = v.querySelector('.nbdebug-tensor-heatmap canvas.nbdebug-heat-canvas');
+        return table && table.rows.length === 5 && cv && cv.dataset.rows === '4';
     }""", arg=PANEL)
     after = tensor_facts(lab)
-    assert after["table"] == before["table"][4:8] and after["heat"] == before["heat"][4:8], after
-    assert after["heat"][1] == [None], after  # NaN: a gap in the heatmap
+    assert after["table"] == before["table"][4:8], after
+    assert after["rows"] == ["4", "5", "6", "7"] and after["cols"] == ["0"], after  # original indices
+    assert after["cells"][1] == "nan" and "NaN 1" in after["legend"], after  # NaN marked, not a gap
     shot(lab, "ui-tensor-view", f"{PANEL} .nbdebug-tensor-view")
+    # Clicking a producer in the relationship diagram selects it (the kernel answers the click).
+    producer = lab.page.evaluate("""(sel) => document.querySelector(
+        sel + ' .nbdebug-tensor-graph .nbdebug-rel-node[data-depth="-1"]').dataset.name""", PANEL)
+    panel.locator(f".nbdebug-tensor-graph .nbdebug-rel-node[data-name='{producer}'] rect").click()
+    expect(lab, f"{producer} selected from the relationship diagram", """([sel, name]) => {
+        const t = document.querySelector(sel + ' .nbdebug-details-title');
+        return t && t.textContent.includes(name);
+    }""", arg=[PANEL, producer])
 
     # TERMINATE ends training.
     panel.locator("button.nbdebug-terminate").click()
@@ -246,14 +267,27 @@ def choose_condition(form: Any, abbr: str) -> None:
 
 
 def tensor_facts(lab: LabPage) -> dict[str, Any]:
-    """The value table (cell texts, row by row) and the heatmap's z (NaN as None) of the tensor view."""
+    """The value table (cell texts, row by row), the heatmap's tick labels and legend, and what its first
+    column's cells are drawn as ("nan", "+inf", "-inf" by their colours, else "finite")."""
     return lab.page.evaluate("""(sel) => {
         const v = document.querySelector(sel + ' .nbdebug-tensor-view');
         const table = v.querySelector('.nbdebug-tensor-table table');
-        const plot = v.querySelector('.nbdebug-tensor-heatmap.js-plotly-plot');
-        const z = plot && plot._fullData && plot._fullData[0] ? plot._fullData[0].z : null;
+        const heat = v.querySelector('.nbdebug-tensor-heatmap');
+        const cv = heat.querySelector('canvas.nbdebug-heat-canvas');
+        const texts = c => Array.from(heat.querySelectorAll(c), e => e.textContent);
+        const kinds = {'150,150,150': 'nan', '255,0,255': '+inf', '0,229,255': '-inf'};
+        const cells = [];
+        if (cv) {
+            const nr = Number(cv.dataset.rows), nc = Number(cv.dataset.cols), ctx = cv.getContext('2d');
+            for (let r = 0; r < nr; r++) {
+                const y = Math.floor((r + 0.5) * cv.height / nr);
+                const px = ctx.getImageData(Math.floor(0.5 * cv.width / nc), y, 1, 1);
+                cells.push(kinds[Array.from(px.data.slice(0, 3)).join(',')] || 'finite');
+            }
+        }
         return {table: table ? Array.from(table.rows).slice(1).map(r => Array.from(r.cells).slice(1)
                                   .map(c => c.textContent.trim())) : null,
-                heat: z ? Array.from(z, row => Array.from(row, x => Number.isNaN(x) ? null : x)) : null,
+                rows: texts('.nbdebug-heat-ytick'), cols: texts('.nbdebug-heat-xtick'), cells,
+                legend: texts('.nbdebug-heat-legend-item').join(' '),
                 selection: Array.from(v.querySelectorAll('.nbdebug-slice input')).map(i => i.value)};
     }""", PANEL)

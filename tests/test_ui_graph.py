@@ -383,7 +383,7 @@ def test_details_links_and_stack(panel, trained):
     view = next(b for b in d.views.children if b.description == "View output.0")
     view.click()
     assert panel.tensor_view.visible
-    assert panel.tensor_view.heatmap.data[0].z.shape == tuple(trained.tensor("Parameter.fc2.weight", "output.0").shape)
+    assert panel.tensor_view.shown.shape == tuple(trained.tensor("Parameter.fc2.weight", "output.0").shape)
 
 
 def test_no_plotly_in_the_graph_view(panel):

@@ -129,23 +129,26 @@ def test_panel_drives_real_training(live):
     assert tv.visible and f"step {hit.step}" in tv.title.value
     cur = dbg.tensor(RELU, "output.0", hit.step)
     prev = dbg.tensor(RELU, "output.0", hit.step - 1)
-    assert np.array_equal(tv.heatmap.data[0].z, cur)
+    assert np.array_equal(tv.shown, cur) and tv.message["step"] == f"current step {hit.step}"
+    assert tv.heatmap.recorded_buffers("heatmap") == [cur.astype(np.float32).tobytes()]
     tv.slices.children[0].value = "1:3"
-    assert np.array_equal(tv.heatmap.data[0].z, cur[1:3])
+    assert np.array_equal(tv.shown, cur[1:3]) and tv.message["rows"] == [1, 2]  # original indices
     tv.slices.children[1].value = "4"
-    assert np.array_equal(tv.heatmap.data[0].z, cur[1:3, 4][None, :])
+    assert np.array_equal(tv.shown, cur[1:3, 4][None, :])
+    assert (tv.message["cols"], tv.message["rows"], tv.message["index"]) == ([1, 2], None, [None, 4])
     tv.slices.children[0].value = "9"
     assert "out of range" in tv.slice_error.value
-    assert np.array_equal(tv.heatmap.data[0].z, cur[1:3, 4][None, :])  # unchanged
+    assert np.array_equal(tv.shown, cur[1:3, 4][None, :])  # unchanged
     tv.set_selection([":", ":"])
     tv.mode.value = "previous"
-    assert np.array_equal(tv.heatmap.data[0].z, prev)
+    assert np.array_equal(tv.shown, prev) and tv.message["step"] == f"previous step {hit.step - 1}"
     tv.mode.value = "compare"
     diff = (cur - prev).astype(np.float64)
-    assert np.allclose(tv.heatmap.data[0].z, diff)
+    assert np.allclose(tv.shown, diff) and tv.message["scale"] == "diverging"
+    assert tv.message["step"] == f"difference step {hit.step} − step {hit.step - 1}"
     tv.tolerance.value = 0.5
     bound = 0.5 * np.abs(diff).max()
-    assert np.allclose(tv.heatmap.data[0].z, np.where(np.abs(diff) <= bound, 0, diff))
+    assert np.allclose(tv.shown, np.where(np.abs(diff) <= bound, 0, diff))
     assert "difference" in tv.stats.value and "Inf" in tv.stats.value
     assert "max_gt" in tv.hits.value and "nbdebug-advice" in tv.hits.value
     assert tv.marks == {RELU: "TL"}
@@ -309,7 +312,7 @@ def test_offline_session_uses_the_same_panel_without_control():
     (row,) = panel.hit_list.rows()
     assert "TZ" in row.children[0].description and "zero_percentage_ge = 1 set" in row.children[2].value
     row.children[1].click()
-    assert panel.tensor_view.visible and panel.tensor_view.heatmap.data[0].z.shape == (5, 16)
+    assert panel.tensor_view.visible and panel.tensor_view.shown.shape == (5, 16)
     assert panel.errors == []
     panel.close()
 

@@ -40,13 +40,24 @@ export class StaticModel implements WidgetModel {
     else if (!cb) this.handlers.delete(event);
     else this.handlers.get(event)?.delete(cb);
   }
-  /** Answers `hello` by replaying the recorded messages; everything else has no kernel to go to. */
+  /** Answers `hello` by replaying the recorded messages (their `buffers_b64` decoded into the buffers
+   * argument, as a kernel would send them); everything else has no kernel to go to. */
   send(content: Msg): void {
     if (content.type === 'hello') {
-      for (const m of this.messages) this.emit('msg:custom', m, []);
+      for (const m of this.messages) {
+        const { buffers_b64, ...rest } = m as Msg & { buffers_b64?: string[] };
+        this.emit('msg:custom', rest, (buffers_b64 ?? []).map(decodeBase64));
+      }
     }
   }
   private emit(event: string, ...args: unknown[]): void {
     for (const cb of [...(this.handlers.get(event) ?? [])]) cb(...args);
   }
+}
+
+function decodeBase64(text: string): DataView {
+  const bin = atob(text);
+  const bytes = new Uint8Array(bin.length);
+  for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
+  return new DataView(bytes.buffer);
 }

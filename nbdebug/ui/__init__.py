@@ -75,11 +75,13 @@ Stable CSS classes, for driving the panel from a browser (``widget.add_class``):
     nbdebug-slices           the per-axis boxes nbdebug-slice-<axis> (axis 0, 1, ...; also nbdebug-slice)
     nbdebug-slice-error      why a selection is refused (e.g. more than 2 free dimensions)
     nbdebug-tensor-error     values not retained for a step, and why
-    nbdebug-tensor-heatmap   plotly FigureWidget heatmap of the selection
+    nbdebug-tensor-heatmap   the heatmap of the selection (front-end view "heatmap": canvas nbdebug-heat-canvas,
+                             ticks nbdebug-heat-xtick / -ytick, legend nbdebug-heat-legend, nbdebug-heat-readout)
     nbdebug-tensor-table     the values of the selection
     nbdebug-tensor-stats     statistics: current / previous / difference
     nbdebug-tensor-hits      hits on this tensor and the optimization guide (nbdebug-advice)
-    nbdebug-tensor-hops      k for the relationship diagram; nbdebug-tensor-graph the diagram (FigureWidget)
+    nbdebug-tensor-hops      k for the relationship diagram; nbdebug-tensor-graph the diagram (front-end view
+                             "relations": nodes nbdebug-rel-node with data-name, marks nbdebug-rel-mark)
 """
 
 from __future__ import annotations

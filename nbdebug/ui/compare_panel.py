@@ -15,6 +15,7 @@ Stable CSS classes (for browser tests)::
     nbdebug-compare-row             one row (also nbdebug-compare-<status>); its first child is the
                                     clickable name button
     nbdebug-compare-detail          the details of the selected row; nbdebug-compare-tensors the heatmaps
+                                    (front-end heatmap views, nbdebug-compare-heat-<target|golden|diff>)
     nbdebug-compare-graph-target / nbdebug-compare-graph-golden   the two graphs
 
 Example (with dumps on disk)::
@@ -32,10 +33,11 @@ from typing import Any
 
 import ipywidgets as W
 import numpy as np
-import plotly.graph_objects as go
 
 from ..compare.result import CompareResult, CompareRow
-from .autosize import fit_width
+from .frontend import FrontendWidget
+from .heatmap_data import heatmap_message
+from .tensor_math import default_selection
 
 COLOURS = {"error": "#f4b6b6", "warning": "#fcd49b", "pass": "#ffffff", "unmatched": "#d9d9d9"}
 STATUS_FILTERS = ("all", "error", "warning", "pass", "unmatched")
@@ -68,18 +70,14 @@ def _sort_value(v: Any) -> tuple[int, Any]:
     return (0, v)
 
 
-def _two_d(a: np.ndarray) -> np.ndarray:
-    """A 2-D view for a heatmap: leading axes at index 0, at most MAX_HEATMAP × MAX_HEATMAP cells."""
-    a = np.asarray(a)
-    if a.dtype == bool:
-        a = a.astype(np.float32)
-    if a.ndim == 0:
-        a = a.reshape(1, 1)
-    elif a.ndim == 1:
-        a = a.reshape(1, -1)
-    while a.ndim > 2:
-        a = a[0]
-    return np.asarray(a[:MAX_HEATMAP, :MAX_HEATMAP], dtype=np.float64)
+TENSOR_PANES = (("target", "target"), ("golden", "golden"), ("diff", "target − golden"))
+
+
+def _heat(values: np.ndarray, title: str, step: str, diverging: bool | None = None) -> tuple[dict, np.ndarray]:
+    """The heatmap message of ``values``: leading axes at index 0, at most MAX_HEATMAP cells per side."""
+    a = np.asarray(values)
+    return heatmap_message(a, default_selection(a.shape), title=title, step=step, diverging=diverging,
+                           max_cells=MAX_HEATMAP)
 
 
 class ComparePanel:
@@ -145,10 +143,16 @@ class ComparePanel:
         self.table = W.VBox(layout=W.Layout(max_height="420px", overflow="auto"))
         self.detail = W.HTML("<i>click a row to compare its tensors</i>")
         self.detail.add_class("nbdebug-compare-detail")
-        self.tensor_fig = go.FigureWidget()
-        fit_width(self.tensor_fig)  # plotly draws 700 px wide before it is on the page otherwise
-        self.tensor_fig.update_layout(height=260, margin={"l": 10, "r": 10, "t": 30, "b": 10})
-        self.tensor_fig.add_class("nbdebug-compare-tensors")
+        #: the heatmaps of the selected row (front-end views); ``tensor_shown`` the arrays they show
+        self.tensor_views: dict[str, FrontendWidget] = {}
+        for key, _title in TENSOR_PANES:
+            fw = FrontendWidget(view="heatmap", height=300, layout=W.Layout(width="33%", display="none"))
+            fw.add_class(f"nbdebug-compare-heat-{key}")
+            self.tensor_views[key] = fw
+        self.tensor_shown: dict[str, np.ndarray] = {}
+        self.tensor_message = W.HTML("")
+        self.tensors = W.VBox([self.tensor_message, W.HBox(list(self.tensor_views.values()))])
+        self.tensors.add_class("nbdebug-compare-tensors")
         self.graph_target: Any = None
         self.graph_golden: Any = None
         self.graph_message = W.HTML()
@@ -165,7 +169,7 @@ class ComparePanel:
                            self.next_button])
         self.widget = W.VBox([
             W.HBox([self.summary, self.first_button]), controls, self.filter_status, self.header_row,
-            self.table, self.detail, self.tensor_fig, self.graph_message, W.HBox(graph_boxes),
+            self.table, self.detail, self.tensors, self.graph_message, W.HBox(graph_boxes),
         ])
         self.widget.add_class("nbdebug-compare")
         self.refresh()
@@ -338,32 +342,33 @@ class ComparePanel:
 
     def _draw_tensors(self, r: CompareRow) -> None:
         a, b, why = self._values(r)
-        fig = self.tensor_fig
-        with fig.batch_update():
-            fig.data = ()
-            fig.layout.annotations = ()
-            panels = []
-            if a is not None:
-                panels.append(("target", _two_d(a)))
-            if b is not None:
-                panels.append(("golden", _two_d(b)))
-            if a is not None and b is not None and np.shape(a) == np.shape(b):
-                panels.append(("target − golden", _two_d(np.asarray(a, dtype=np.float64) - np.asarray(b, np.float64))))
-            n = len(panels)
-            for k, (title, z) in enumerate(panels):
-                x0, x1 = k / max(n, 1) + 0.01, (k + 1) / max(n, 1) - 0.01
-                xa, ya = ("x", "y") if k == 0 else (f"x{k + 1}", f"y{k + 1}")
-                fig.add_heatmap(z=z, xaxis=xa, yaxis=ya, name=title, showscale=False,
-                                colorscale="RdBu" if title.startswith("target −") else "Viridis",
-                                hovertemplate=f"{title}<br>row %{{y}}, col %{{x}}: %{{z}}<extra></extra>")
-                axis = {"domain": [x0, x1], "anchor": ya, "showticklabels": False}
-                fig.layout["xaxis" if k == 0 else f"xaxis{k + 1}"] = axis
-                fig.layout["yaxis" if k == 0 else f"yaxis{k + 1}"] = {"anchor": xa, "autorange": "reversed",
-                                                                     "showticklabels": False}
-                fig.add_annotation(text=title, x=(x0 + x1) / 2, y=1.08, xref="paper", yref="paper",
-                                   showarrow=False)
-            fig.layout.title = None if panels else {"text": why or "no tensor values (statistics dump)",
-                                                    "font": {"size": 12}}
+        res = self.result
+        steps = {"target": f"target step {res.target_step}", "golden": f"golden step {res.golden_step}",
+                 "diff": f"difference target step {res.target_step} − golden step {res.golden_step}"}
+        arrays: dict[str, tuple[np.ndarray, bool | None]] = {}
+        if a is not None:
+            arrays["target"] = (a, None)
+        if b is not None:
+            arrays["golden"] = (b, None)
+        if a is not None and b is not None and np.shape(a) == np.shape(b):
+            with np.errstate(invalid="ignore", over="ignore"):
+                arrays["diff"] = (np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64), True)
+        self.tensor_shown = {}
+        for key, title in TENSOR_PANES:
+            fw = self.tensor_views[key]
+            if key not in arrays:
+                fw.layout.display = "none"
+                fw.forget("heatmap")
+                continue
+            values, diverging = arrays[key]
+            msg, plane = _heat(values, f"{title}: {r.name}" if key == "target" else title, steps[key], diverging)
+            self.tensor_shown[key] = plane
+            fw.post(msg, [memoryview(plane)])
+            fw.layout.display = "block"
+        if why or not arrays:
+            self.tensor_message.value = f"<i>{html.escape(why or 'no tensor values (statistics dump)')}</i>"
+        else:
+            self.tensor_message.value = ""
 
     # -- display ------------------------------------------------------------------------------------
     def _ipython_display_(self) -> None:

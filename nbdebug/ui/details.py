@@ -3,6 +3,9 @@ nodes that produce and consume them, and the Python stack where the node was cal
 
 Producer/consumer buttons (``nbdebug-details-link``) select that node; the ``View <slot>`` buttons
 (``nbdebug-details-view``) open the tensor view on that slot.
+
+Statistics are those of :func:`~.tensor_math.stats_from` (max/min/mean of the finite values, NaN/Inf counts),
+the numbers the tensor view shows for the same tensor and step.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import ipywidgets as w
 import numpy as np
 
 from .source import SourceView
-from .tensor_math import fmt
+from .tensor_math import fmt, stat_texts, stats_from
 
 MAX_LINKS = 12
 PREVIEW = 6
@@ -61,6 +64,8 @@ class NodeDetails:
         self.widget = w.VBox([self.title, self.table, self.views, self.producers, self.consumers, self.stack])
         self.widget.add_class("nbdebug-details")
         self._sig: Any = None
+        #: slot -> the statistics shown for it (tensor_math.node_stats) at the last refresh
+        self.slot_stats: dict[str, dict[str, Any]] = {}
 
     def show(self, name: str | None) -> None:
         self.name = name
@@ -92,20 +97,23 @@ class NodeDetails:
             for src_slot, dst_slot in g.edges.get((name, c), ()):
                 consumers.setdefault(src_slot, []).append(f"{c} {dst_slot}")
         rows = []
+        self.slot_stats = {}
         for slot in sorted(node.shapes, key=slot_order):
             dtype = node.dtypes.get(slot, "")
             shape = node.shapes.get(slot)
-            try:
-                st = self.source.stats(name, slot, "current")
-                cells = [fmt(st.get(k)) for k in _SHOWN]
-                dtype = st.get("dtype", dtype)
-                shape = st.get("shape", shape)
-            except (KeyError, LookupError, ValueError) as e:
-                cells = [f"<i>{html.escape(str(e)[:80])}</i>"] + [""] * (len(_SHOWN) - 1)
-            try:
-                value = html.escape(preview(self.source.tensor(name, slot, "current")))
-            except Exception as e:  # noqa: BLE001 - the reason it is not available is what we show
-                value = f"<i>{html.escape(str(e)[:120])}</i>"
+            try:  # read once: for the statistics and the preview
+                values, why = np.asarray(self.source.tensor(name, slot, "current")), ""
+                dtype, shape = str(values.dtype), values.shape
+            except Exception as e:  # noqa: BLE001 - NotRetainedError & co.: the reason is what we show
+                values, why = None, str(e).strip("'\"")
+            st = stats_from(values, lambda slot=slot: self.source.stats(name, slot, "current"), why)
+            self.slot_stats[slot] = st
+            if "error" in st:
+                cells = [f"<i>{html.escape(str(st['error'])[:80])}</i>"] + [""] * (len(_SHOWN) - 1)
+            else:
+                texts = stat_texts(st, _SHOWN)
+                cells = [html.escape(texts[k]) for k in _SHOWN]
+            value = html.escape(preview(values)) if values is not None else f"<i>{html.escape(why[:120])}</i>"
             link = producers.get(slot) or consumers.get(slot) or []
             rel = ("from " if slot in producers else "to ") + ", ".join(link[:3]) if link else ""
             rel += f" (+{len(link) - 3})" if len(link) > 3 else ""
@@ -122,6 +130,10 @@ class NodeDetails:
         stack = "\n".join(node.stack) if node.stack else "(no Python stack recorded)"
         self.stack.value = (f"<details open><summary>Python stack</summary><pre style='font-size:11px'>"
                             f"{html.escape(stack)}</pre></details>")
+
+    def stat_texts(self, slot: str) -> dict[str, str]:
+        """The statistics shown for ``slot`` (field -> text), as the tensor view formats them."""
+        return stat_texts(self.slot_stats[slot], _SHOWN)
 
     def _view_button(self, name: str, slot: str) -> w.Button:
         b = w.Button(description=f"View {slot}", layout=w.Layout(width="auto"))

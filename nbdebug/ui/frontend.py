@@ -21,6 +21,7 @@ True
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -83,6 +84,7 @@ class FrontendWidget(anywidget.AnyWidget):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._last: dict[str, dict[str, Any]] = {}
+        self._buffers: dict[str, list[bytes]] = {}  # the buffers of the recorded messages that had some
         self._handlers: dict[str, Callable[[dict[str, Any], list[Any]], Any]] = {}
         self.messages_sent = 0
         self.on_msg(self._dispatch)
@@ -90,8 +92,12 @@ class FrontendWidget(anywidget.AnyWidget):
     # -- kernel → browser ---------------------------------------------------------------------------
     def post(self, content: dict[str, Any], buffers: list[Any] | None = None, *, record: bool = True) -> None:
         """Send ``content`` to every view of this widget (and remember it for later views)."""
-        if record and not buffers:
+        if record:
             self._last[content["type"]] = content
+            if buffers:
+                self._buffers[content["type"]] = [bytes(memoryview(b).cast("B")) for b in buffers]
+            else:
+                self._buffers.pop(content["type"], None)
         self.messages_sent += 1
         if self.comm is not None:
             self.send(content, buffers)
@@ -100,9 +106,14 @@ class FrontendWidget(anywidget.AnyWidget):
         """The last message of each type, in the order the types were first sent."""
         return list(self._last.values())
 
+    def recorded_buffers(self, msg_type: str) -> list[bytes]:
+        """The buffers sent with the recorded message of ``msg_type`` (``[]`` if it had none)."""
+        return list(self._buffers.get(msg_type, []))
+
     def forget(self, *types: str) -> None:
         for ty in types:
             self._last.pop(ty, None)
+            self._buffers.pop(ty, None)
 
     # -- browser → kernel ---------------------------------------------------------------------------
     def handle(self, msg_type: str, handler: Callable[[dict[str, Any], list[Any]], Any]) -> None:
@@ -118,17 +129,20 @@ class FrontendWidget(anywidget.AnyWidget):
             handler(content, buffers)
         elif ty == "hello":
             for msg in self.recorded():
-                self.post(msg, record=False)
+                self.post(msg, self._buffers.get(msg["type"]), record=False)
 
     def receive(self, content: dict[str, Any], buffers: list[Any] | None = None) -> None:
         """Act as if the browser had sent ``content`` (tests, and the static replay)."""
         self._dispatch(self, content, buffers or [])
 
     def snapshot(self) -> dict[str, Any]:
-        """Traits and recorded messages: what ``renderStatic`` needs to draw this widget with no kernel."""
+        """Traits and recorded messages: what ``renderStatic`` needs to draw this widget with no kernel.
+        A message's buffers go base64-encoded in its ``buffers_b64`` (``StaticModel`` decodes them)."""
         state = {k: getattr(self, k) for k in self.keys if not k.startswith("_") and k not in (
             "comm", "keys", "log", "layout", "tabbable", "tooltip")}
-        return {"state": _jsonable(state), "messages": self.recorded()}
+        messages = [{**m, "buffers_b64": [base64.b64encode(b).decode("ascii") for b in self._buffers[m["type"]]]}
+                    if m["type"] in self._buffers else m for m in self.recorded()]
+        return {"state": _jsonable(state), "messages": messages}
 
 
 def _jsonable(value: Any) -> Any:

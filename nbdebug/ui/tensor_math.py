@@ -17,11 +17,25 @@
 [0.0, 0.0, 3.0]
 >>> tensor_stats(np.array([0.0, -0.0, 1.0, np.inf]))["negative_zero_count"]
 1
+
+Statistics are shown the same way everywhere (node details, the tensor view): :func:`stats_from` picks
+the basis (the retained values when there are some, else the recorded statistics made NaN-aware, with
+the reason the values are missing) and :func:`stat_texts` formats them.
+
+>>> st = stats_from(np.array([np.nan, 0.389687, -np.inf, 0.1]))
+>>> stat_texts(st, ("max", "min", "nan_count", "neg_inf_count"))
+{'max': '0.389687', 'min': '0.1', 'nan_count': '1', 'neg_inf_count': '1'}
+>>> rec = {"max": float("nan"), "min": float("nan"), "mean": float("nan"), "count": 4, "nan_count": 1}
+>>> st = stats_from(None, lambda: rec, "values are kept for the current and previous step only")
+>>> stat_texts(st, ("max", "nan_count"))["max"]
+'n/a'
+>>> st["note"]
+'values are kept for the current and previous step only'
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -34,6 +48,8 @@ STAT_FIELDS: tuple[str, ...] = (
 BOOL_FIELDS: tuple[str, ...] = ("count", "true_count", "false_count")
 
 MAX_FREE_AXES = 2
+NONFINITE_FIELDS: tuple[str, ...] = ("nan_count", "neg_inf_count", "pos_inf_count")
+EXTREMA: tuple[str, ...] = ("max", "min", "mean")
 
 
 def default_selection(shape: Sequence[int]) -> list[str]:
@@ -184,3 +200,81 @@ def fmt(value: Any) -> str:
         return f"{float(value):.6g}"
     except (TypeError, ValueError):
         return str(value)
+
+
+def recorded_stats(recorded: Mapping[str, Any]) -> dict[str, Any]:
+    """Recorded statistics (a dump's or the recorder's, whose max/min/mean include NaN and ±Inf) as the
+    NaN-aware view shows them: max/min/mean only where they are the finite ones (no NaN/Inf counted),
+    ``None`` (unknown) otherwise; the counts as they are.
+
+    >>> recorded_stats({"max": float("inf"), "min": 0.0, "mean": float("inf"), "pos_inf_count": 2})["max"] is None
+    True
+    >>> recorded_stats({"max": 3.0, "min": 0.0, "mean": 1.0, "nan_count": 0, "pos_inf_count": 0})["max"]
+    3.0
+    """
+    out = {k: recorded[k] for k in STAT_FIELDS if k in recorded}
+    nonfinite = any(_positive(recorded.get(k)) for k in NONFINITE_FIELDS)
+    for k in EXTREMA:
+        v = out.get(k)
+        if nonfinite or v is None or (isinstance(v, float | np.floating) and not np.isfinite(v)):
+            out[k] = None
+    return out
+
+
+def _positive(v: Any) -> bool:
+    try:
+        return float(v) > 0
+    except (TypeError, ValueError):
+        return False
+
+
+def stats_from(values: Any, recorded: Callable[[], Mapping[str, Any]] | None = None,
+               why: str = "") -> dict[str, Any]:
+    """The statistics to show for one tensor at one step: of ``values`` when they are retained
+    (:func:`tensor_stats`, ``basis`` "values"); else of ``recorded()`` (:func:`recorded_stats`, ``basis``
+    "recorded", ``note`` = ``why`` the values are missing); else ``{"error": why}``."""
+    if values is not None:
+        out = tensor_stats(values)
+        out["basis"] = "values"
+        return out
+    if recorded is not None:
+        try:
+            rec = recorded()
+        except (LookupError, ValueError) as e:
+            return {"error": why or _reason(e), "basis": "none"}
+        out = recorded_stats(rec)
+        out["basis"] = "recorded"
+        out["note"] = why
+        return out
+    return {"error": why or "no values", "basis": "none"}
+
+
+def _reason(e: BaseException) -> str:
+    return str(e).strip("'\"")
+
+
+def node_stats(source: Any, node: str, slot: str, step: int | str = "current") -> dict[str, Any]:
+    """:func:`stats_from` for ``node``'s ``slot`` at ``step`` of a panel source (``.tensor`` /
+    ``.stats``): the one function node details and the tensor view both use."""
+    try:
+        values = np.asarray(source.tensor(node, slot, step))
+        why = ""
+    except (LookupError, ValueError) as e:  # NotRetainedError is a LookupError: its text says why
+        values, why = None, _reason(e)
+    return stats_from(values, lambda: source.stats(node, slot, step), why)
+
+
+def stat_texts(stats: Mapping[str, Any], fields: Sequence[str] = STAT_FIELDS) -> dict[str, str]:
+    """Field -> displayed text: a number (:func:`fmt`), ``n/a`` where a recorded extremum is not the finite
+    one, ``–`` where the field is not known at all."""
+    out = {}
+    for f in fields:
+        if "error" in stats:
+            out[f] = "–"
+        elif f in stats and stats[f] is not None:
+            out[f] = fmt(stats[f])
+        elif f in EXTREMA and f in stats:
+            out[f] = "n/a"
+        else:
+            out[f] = "–"
+    return out

@@ -5,6 +5,11 @@ condition abbreviations of their hits).
 
 Dimension selection: one box per axis (``nbdebug-slice-<axis>``) holding an index (fixes the axis) or a
 slice such as ``:`` or ``2:10`` (keeps it free); at most two free axes are shown at once.
+
+The heatmap and the diagram are views of nbdebug's own front end (``FrontendWidget`` views ``heatmap`` and
+``relations``, messages in ``frontend/PROTOCOL.md``): the kernel sends the selected values as one binary
+buffer labelled with their original indices, and the relationship diagram as a list of nodes and edges.
+Statistics come from :func:`~.tensor_math.stats_from`, as in node details.
 """
 
 from __future__ import annotations
@@ -15,29 +20,16 @@ from typing import Any
 
 import ipywidgets as w
 import numpy as np
-import plotly.graph_objects as go
 
-from .autosize import fit_width
+from .frontend import FrontendWidget
+from .heatmap_data import empty_message, heatmap_message, step_label
 from .hits import hit_text
 from .layout import node_class, short_label
 from .source import SourceView
-from .tensor_math import (
-    BOOL_FIELDS,
-    STAT_FIELDS,
-    compare,
-    default_selection,
-    fmt,
-    parse_selection,
-    select,
-    selection_text,
-    tensor_stats,
-)
+from .tensor_math import BOOL_FIELDS, STAT_FIELDS, compare, default_selection, fmt, stat_texts, stats_from
 
-MAX_HEAT = 512  # rows/columns drawn in the heatmap
 MAX_TABLE = 16  # rows/columns in the value table
 MAX_PER_SIDE = 40  # nodes per side in the relationship diagram
-_COLOURS = {"op": "#4c78a8", "module": "#72b7b2", "parameter": "#54a24b", "gradient": "#e45756",
-            "optimizer": "#b279a2", "input": "#9d755d", "scope": "#bab0ac"}
 _STAT_LABEL = {"max": "max", "min": "min", "mean": "mean", "count": "count", "nan_count": "NaN",
                "neg_inf_count": "−Inf", "pos_inf_count": "+Inf", "zero_count": "zero",
                "negative_zero_count": "−0", "positive_zero_count": "+0", "true_count": "true",
@@ -94,6 +86,9 @@ class TensorView:
         self._prev: np.ndarray | None = None
         self._diff: tuple[float, np.ndarray] | None = None
         self._steps: tuple[int | str, int | str] = ("current", "previous")
+        self._step_ints: tuple[int | None, int | None] = (None, None)
+        self.error_texts: dict[str, str] = {}
+        self._stats_key: Any = None
         self._quiet = False
         #: node -> hit abbreviations drawn in the relationship diagram
         self.marks: dict[str, str] = {}
@@ -113,11 +108,14 @@ class TensorView:
         self.slice_error.add_class("nbdebug-slice-error")
         self.error = w.HTML("")
         self.error.add_class("nbdebug-tensor-error")
-        self.heatmap = go.FigureWidget(layout={"height": 320, "margin": {"l": 40, "r": 10, "t": 10, "b": 30},
-                                               "yaxis": {"autorange": "reversed"}})
-        self.heatmap.add_heatmap(z=np.zeros((1, 1)), colorscale="RdBu", reversescale=True)
+        self.heatmap = FrontendWidget(view="heatmap", height=420)
         self.heatmap.add_class("nbdebug-tensor-heatmap")
-        fit_width(self.heatmap)
+        #: the 2-D part of the tensor last sent to the heatmap (rows × columns, original values) and its message
+        self.shown: np.ndarray | None = None
+        self.message: dict[str, Any] = {}
+        #: column ("current", "previous", "difference") -> statistics shown (see tensor_math.stats_from)
+        self.stat_columns: dict[str, dict[str, Any]] = {}
+        self._reveal = False
         self.table = w.HTML("")
         self.table.add_class("nbdebug-tensor-table")
         self.stats = w.HTML("")
@@ -128,27 +126,16 @@ class TensorView:
                                      style={"description_width": "40px"})
         self.hops.add_class("nbdebug-tensor-hops")
         self.hops.observe(lambda ch: self._draw_relations(), names="value")
-        self.relations = go.FigureWidget(layout={
-            "height": 260, "margin": {"l": 10, "r": 10, "t": 10, "b": 10}, "showlegend": False,
-            "xaxis": {"visible": False}, "yaxis": {"visible": False, "autorange": "reversed"},
-            "plot_bgcolor": "white", "dragmode": "pan"})
-        self.relations.add_scatter(mode="lines", line={"color": "#b0b0b0", "width": 1}, hoverinfo="skip")
-        self.relations.add_scatter(mode="markers+text", textposition="bottom center", hoverinfo="text",
-                                   textfont={"size": 10}, marker={"size": 13, "line": {"width": 1, "color": "#333"}})
-        self.relations.add_scatter(mode="text", textposition="top center", hoverinfo="skip",
-                                   textfont={"size": 10, "color": "#cf222e"})
-        self.relations.data[1].on_click(self._click_relation)
+        self.relations = FrontendWidget(view="relations", height=300)
         self.relations.add_class("nbdebug-tensor-graph")
-        fit_width(self.relations)
+        self.relations.handle("click", self._click_relation)
         self._rel_names: list[str] = []
         self.close = w.Button(description="close", layout=w.Layout(width="auto"))
         self.close.add_class("nbdebug-tensor-close")
         self.close.on_click(lambda _b: self.hide())
         left = w.VBox([self.stats, self.hits], layout=w.Layout(width="40%"))
-        # The figures join the page at the first open(): plotly sizes a plot to its container when it is
-        # first drawn, and inside the hidden view it would take its 700 px default width (and overflow).
-        self._right = w.VBox([self.table], layout=w.Layout(width="60%"))
-        self._relations_box = w.VBox([])
+        self._right = w.VBox([self.heatmap, self.table], layout=w.Layout(width="60%"))
+        self._relations_box = w.VBox([self.relations])
         self.widget = w.VBox([
             w.HBox([w.HTML("<b>Tensor view</b>&nbsp;"), self.title, self.close]),
             w.HBox([self.mode, self.tolerance], layout=w.Layout(flex_flow="row wrap")),
@@ -172,11 +159,13 @@ class TensorView:
             raise KeyError(f"no node named {node!r} in the graph")
         self.node, self.slot, self.step, self.hit = node, slot, step, hit
         self._diff = None
+        self._stats_key = None  # statistics recomputed for the newly loaded values
         self.error.value = ""
         self._cur, cur_err = self._load(step)
         prev_step: int | str = "previous" if step == "current" else int(step) - 1
         self._steps = (step, prev_step)
         self._prev, prev_err = self._load(prev_step) if prev_step != -1 else (None, "there is no previous step")
+        self.error_texts = {"current": cur_err, "previous": prev_err}
         errors = []
         if cur_err:
             errors.append(f"current step: {cur_err}")
@@ -188,17 +177,34 @@ class TensorView:
                                 enumerate(zip(shape, default_selection(shape)))]  # noqa: B905
         node_obj = self.source.graph.nodes[node]
         dtype = node_obj.dtypes.get(slot, "") if self._cur is None else str(self._cur.dtype)
-        step_txt = step if isinstance(step, str) else f"step {step}"
+        self._step_ints = (self._resolve(step), self._resolve(prev_step))
         self.title.value = (f"<code>{html.escape(node)}</code> <b>{html.escape(slot)}</b> · "
-                            f"{html.escape(str(step_txt))} · {html.escape(dtype)} {tuple(shape)}")
+                            f"{html.escape(step_label('current', *self._step_ints))} · {html.escape(dtype)} "
+                            f"{tuple(shape)}")
         self.widget.layout.display = "flex"
-        if self.heatmap not in self._right.children:  # first open: see __init__
-            self._right.children = (self.heatmap, self.table)
-            self._relations_box.children = (self.relations,)
-        self.mode.value = "current"
+        self._reveal = True  # the heatmap scrolls the view into sight
+        self._quiet = True
+        try:
+            self.mode.value = "current"
+        finally:
+            self._quiet = False
+        self.tolerance.layout.display = "none"
         self.redraw()
         self._draw_hits()
         self._draw_relations()
+
+    def _resolve(self, step: int | str) -> int | None:
+        """The step index that ``step`` ("current", "previous" or an int) stands for here."""
+        if isinstance(step, int | np.integer):
+            return int(step)
+        resolve = getattr(self.source.session, "resolve_step", None)
+        if resolve is not None:
+            try:
+                return int(resolve((self.node, self.slot), step))
+            except (LookupError, ValueError, TypeError):
+                pass
+        cur = int(self.source.step)
+        return cur if step == "current" else cur - 1
 
     def _load(self, step: int | str) -> tuple[np.ndarray | None, str]:
         try:
@@ -241,6 +247,8 @@ class TensorView:
 
     # -- drawing ----------------------------------------------------------------------------------
     def _mode_changed(self) -> None:
+        if self._quiet:
+            return
         self.tolerance.layout.display = "flex" if self.mode.value == "compare" else "none"
         self.redraw()
 
@@ -251,6 +259,10 @@ class TensorView:
             return self._cur
         if mode == "previous":
             return self._prev
+        return self._difference()
+
+    def _difference(self) -> np.ndarray | None:
+        """current − previous with the tolerance applied (cached per tolerance); None without both."""
         if self._cur is None or self._prev is None or self._cur.shape != self._prev.shape:
             return None
         tol = float(self.tolerance.value)
@@ -262,66 +274,71 @@ class TensorView:
         if self.node is None:
             return
         self._draw_stats()
+        mode = {"current": "current", "previous": "previous"}.get(self.mode.value, "difference")
+        label = step_label(mode, *self._step_ints)
+        title = f"{self.node} {self.slot}"
+        reveal, self._reveal = self._reveal, False
         values = self.values()
         if values is None:
+            why = self.stat_columns.get(mode, {}).get("note") or self.stat_columns.get(mode, {}).get("error")
             missing = {"current": "current step", "previous": "previous step"}.get(self.mode.value,
                                                                                   "both steps (same shape)")
-            self.slice_error.value = f"<i>no values retained for the {missing}</i>"
-            self.heatmap.data[0].z = np.zeros((0, 0))
+            why = why or f"no values retained for the {missing}"
+            self.slice_error.value = f"<i>{html.escape(why)}</i>"
+            self.shown, self.message = None, empty_message(title, label, why)
+            self.heatmap.post(self.message)
             self.table.value = ""
             return
         try:
-            sel = parse_selection(self.selection, values.shape)
+            msg, plane = heatmap_message(values, self.selection, title=title, step=label,
+                                         diverging=True if mode == "difference" else None, reveal=reveal)
         except ValueError as e:
             self.slice_error.value = f"<span style='color:#cf222e'>{html.escape(str(e))}</span>"
             return
         self.slice_error.value = ""
-        part = select(values, sel)
-        note = ""
-        if part.shape[0] > MAX_HEAT or part.shape[1] > MAX_HEAT:
-            note = f"showing the first {MAX_HEAT}×{MAX_HEAT} of {part.shape[0]}×{part.shape[1]}; narrow the selection"
-            part = part[:MAX_HEAT, :MAX_HEAT]
-        z = part.astype(np.float64) if part.dtype != np.float64 else part
-        with self.heatmap.batch_update():
-            self.heatmap.data[0].z = z
-            self.heatmap.data[0].hovertemplate = (f"{selection_text(sel)}<br>row %{{y}}, col %{{x}}: %{{z}}"
-                                                  "<extra></extra>")
-            if self.mode.value == "compare":
-                m = float(np.nanmax(np.abs(z[np.isfinite(z)]))) if np.isfinite(z).any() else 1.0
-                self.heatmap.data[0].update(zmid=0, zmin=-m or -1, zmax=m or 1, zauto=False)
-            else:
-                self.heatmap.data[0].update(zauto=True, zmid=None)
-        self.table.value = _value_table(part) + (f"<small>{html.escape(note)}</small>" if note else "")
+        self.shown, self.message = plane, msg
+        self.heatmap.post(msg, [memoryview(plane)])
+        note = f"<small>{html.escape(msg['note'])}</small>" if msg["note"] else ""
+        self.table.value = _value_table(plane, msg["rows"], msg["cols"]) + note
 
     def _draw_stats(self) -> None:
-        cols = [("current", self._cur), ("previous", self._prev)]
-        diff = None
-        if self._cur is not None and self._prev is not None and self._cur.shape == self._prev.shape:
-            tol = float(self.tolerance.value)
-            diff = compare(self._cur, self._prev, tol)
-        cols.append(("difference", diff))
-        stats = [tensor_stats(v) if v is not None else None for _, v in cols]
-        for k in (0, 1):  # no values kept: the recorded statistics, where there are some
-            if stats[k] is None:
-                stats[k] = self._recorded_stats(self._steps[k])
+        key = (self.node, self.slot, self._steps, id(self._cur), id(self._prev), float(self.tolerance.value))
+        if key == self._stats_key:  # a new selection or mode: same statistics (they are of whole tensors)
+            return
+        self._stats_key = key
+        diff = self._difference()
+        errors = self.error_texts
+        cols = {
+            "current": stats_from(self._cur, self._recorded(self._steps[0]), errors.get("current", "")),
+            "previous": stats_from(self._prev, self._recorded(self._steps[1]), errors.get("previous", "")),
+            "difference": stats_from(diff, None, "needs the values of both steps, of the same shape"),
+        }
+        self.stat_columns = cols
         is_bool = self._cur is not None and self._cur.dtype == np.bool_
         fields = BOOL_FIELDS if is_bool else STAT_FIELDS
-        head = "".join(f"<th>{c}</th>" for c, _ in cols)
+        texts = {c: stat_texts(st, fields) for c, st in cols.items()}
+        head = "".join(f"<th>{c}</th>" for c in cols)
         body = []
         for f in fields:
-            cells = "".join(f"<td>{fmt(s.get(f)) if s is not None and f in s else '–'}</td>" for s in stats)
+            cells = "".join(f"<td>{texts[c][f]}</td>" for c in cols)
             body.append(f"<tr><th style='text-align:left'>{_STAT_LABEL.get(f, f)}</th>{cells}</tr>")
-        self.stats.value = (f"<b>Statistics</b><table class='nbdebug-table' style='font-size:11px'>"
-                            f"<tr><th></th>{head}</tr>{''.join(body)}</table>")
+        notes = [f"{c}: {st.get('note') or st.get('error')}" + (" (recorded statistics; n/a = not known without "
+                                                                 "the values)" if st.get("basis") == "recorded" else "")
+                 for c, st in cols.items() if c != "difference" and (st.get("note") or st.get("error"))]
+        foot = "".join(f"<div class='nbdebug-stats-note'><small>{html.escape(n)}</small></div>" for n in notes)
+        self.stats.value = (f"<b>Statistics</b> <small>(max/min/mean of the finite values)</small>"
+                            f"<table class='nbdebug-table' style='font-size:11px'>"
+                            f"<tr><th></th>{head}</tr>{''.join(body)}</table>{foot}")
 
-    def _recorded_stats(self, step: int | str) -> dict[str, Any] | None:
-        if step == -1:
+    def stat_texts(self, column: str = "current") -> dict[str, str]:
+        """The statistics as shown in ``column`` (field -> text), for comparison with node details."""
+        return stat_texts(self.stat_columns[column], STAT_FIELDS)
+
+    def _recorded(self, step: int | str) -> Callable[[], Any] | None:
+        if step == -1 or self.node is None:
             return None
-        try:
-            st = self.source.stats(self.node, self.slot, step)
-        except Exception:  # noqa: BLE001 - nothing recorded for that step
-            return None
-        return {k: st.get(k) for k in STAT_FIELDS if k in st}
+        node, slot = self.node, self.slot
+        return lambda: self.source.stats(node, slot, step)
 
     def _draw_hits(self) -> None:
         hits = [h for h in self.source.hits if h.node == self.node and h.slot == self.slot]
@@ -341,56 +358,59 @@ class TensorView:
     def _draw_relations(self) -> None:
         if self.node is None:
             return
-        g = self.source.graph
-        rel = relationship(g, self.node, int(self.hops.value))
-        cols: dict[int, list[str]] = {}
-        for n, d in rel.items():
-            cols.setdefault(d, []).append(n)
-        pos: dict[str, tuple[float, float]] = {}
-        for d, names in cols.items():
-            names.sort(key=lambda n: (g.nodes[n].order if n in g.nodes else 0, n))
-            for k, n in enumerate(names):
-                pos[n] = (float(d), k - (len(names) - 1) / 2)
-        marks: dict[str, list[str]] = {}
-        for h in self.source.hits:
-            if h.hits and h.node in pos:
-                lst = marks.setdefault(h.node, [])
-                if h.condition not in lst:
-                    lst.append(h.condition)
-        names = list(pos)
-        self._rel_names = names
-        self.marks = {n: ",".join(v) for n, v in marks.items()}
-        ex, ey = [], []
-        for a in names:
-            for b in g.successors(a):
-                if b in pos:
-                    ex += [pos[a][0], pos[b][0], None]
-                    ey += [pos[a][1], pos[b][1], None]
-        colours = [("#000" if n == self.node else _COLOURS[node_class(g.nodes[n])]) for n in names]
-        with self.relations.batch_update():
-            self.relations.data[0].update(x=ex, y=ey)
-            self.relations.data[1].update(
-                x=[pos[n][0] for n in names], y=[pos[n][1] for n in names],
-                text=[short_label(g.nodes[n]) for n in names], hovertext=names,
-                marker={"color": colours, "size": [18 if n == self.node else 12 for n in names]})
-            ks = [n for n in names if n in marks]
-            self.relations.data[2].update(x=[pos[n][0] for n in ks], y=[pos[n][1] - 0.3 for n in ks],
-                                          text=[",".join(marks[n]) for n in ks])
-            # a fixed y range: autorange would stretch a single row (and its marks) over the whole height
-            ys = [y for _x, y in pos.values()]
-            self.relations.layout.yaxis.update(autorange=False, range=[max(ys) + 0.8, min(ys) - 0.8])
+        msg = relations_message(self.source.graph, self.node, int(self.hops.value), self.source.hits)
+        self._rel_names = [n[0] for n in msg["nodes"]]
+        self.marks = {n[0]: n[4] for n in msg["nodes"] if n[4]}
+        self.relations.post(msg)
 
-    def _click_relation(self, trace: Any, points: Any, state: Any) -> None:
-        if points.point_inds:
-            self.on_select(self._rel_names[points.point_inds[0]])
+    def _click_relation(self, content: dict[str, Any], _buffers: list[Any]) -> None:
+        name = content.get("name")
+        if isinstance(name, str) and name in self.source.graph.nodes:
+            self.on_select(name)
 
 
-def _value_table(part: np.ndarray) -> str:
-    rows = part[:MAX_TABLE, :MAX_TABLE]
-    head = "".join(f"<th>{j}</th>" for j in range(rows.shape[1]))
+def relations_message(graph: Any, name: str, hops: int, hits: Any = ()) -> dict[str, Any]:
+    """The ``relations`` message: nodes ``[name, label, class, depth, hit marks]`` by depth then execution
+    order, and the edges between them as index pairs.
+
+    >>> from nbdebug.session.graph import Graph
+    >>> g = Graph()
+    >>> for n in "abc":
+    ...     _ = g.add_node(n, kind="op", op_type="op")
+    >>> g.add_edge("a", "b"); g.add_edge("b", "c")
+    >>> m = relations_message(g, "b", 1)
+    >>> [(n[0], n[3]) for n in m["nodes"]], m["edges"]
+    ([('a', -1), ('b', 0), ('c', 1)], [0, 1, 1, 2])
+    """
+    rel = relationship(graph, name, hops)
+    names = sorted(rel, key=lambda n: (rel[n], graph.nodes[n].order if n in graph.nodes else 0, n))
+    marks: dict[str, list[str]] = {}
+    for h in hits:
+        if h.hits and h.node in rel:
+            lst = marks.setdefault(h.node, [])
+            if h.condition not in lst:
+                lst.append(h.condition)
+    pos = {n: i for i, n in enumerate(names)}
+    edges: list[int] = []
+    for a in names:
+        for b in sorted(graph.successors(a), key=lambda n: pos.get(n, -1)):
+            if b in pos:
+                edges += [pos[a], pos[b]]
+    nodes = [[n, short_label(graph.nodes[n]), node_class(graph.nodes[n]), rel[n], ",".join(marks.get(n, []))]
+             for n in names]
+    return {"type": "relations", "center": name, "hops": int(hops), "nodes": nodes, "edges": edges}
+
+
+def _value_table(part: np.ndarray, rows: list[int] | None, cols: list[int] | None) -> str:
+    """The top-left corner of ``part`` as an HTML table, rows and columns labelled with their original
+    indices."""
+    shown = part[:MAX_TABLE, :MAX_TABLE]
+    rlab = rows if rows is not None else [""] * shown.shape[0]
+    clab = cols if cols is not None else [""] * shown.shape[1]
+    head = "".join(f"<th>{j}</th>" for j in clab[:shown.shape[1]])
     body = "".join("<tr><th>" + str(i) + "</th>" + "".join(f"<td>{fmt(v.item())}</td>" for v in r) + "</tr>"
-                   for i, r in enumerate(rows))
+                   for i, r in zip(rlab, shown))  # noqa: B905
     more = ""
     if part.shape[0] > MAX_TABLE or part.shape[1] > MAX_TABLE:
-        more = f"<small>table shows {rows.shape[0]}×{rows.shape[1]} of {part.shape[0]}×{part.shape[1]}</small>"
-    return (f"<table class='nbdebug-table' style='font-size:10px'><tr><th></th>{head}</tr>{body}</table>{more}")
+        more = f"<small>table shows {shown.shape[0]}×{shown.shape[1]} of {part.shape[0]}×{part.shape[1]}</small>"
+    return f"<table class='nbdebug-table' style='font-size:10px'><tr><th></th>{head}</tr>{body}</table>{more}"
