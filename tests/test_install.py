@@ -47,6 +47,13 @@ def test_dependencies_leave_numpy_to_the_frameworks():
     assert not [e for e, deps in extras.items() if e not in ("mindspore", "dev") and "numpy<2" in deps]
 
 
+def test_readme_install_section_shows_the_extras():
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("## Install", 1)[1].split("\n## ", 1)[0]
+    for extra in ("torch", "mindspore", "lab"):
+        assert f'pip install "nbdebug[{extra}]"' in section
+
+
 @pytest.fixture(scope="module")
 def numpy2_venv(tmp_path_factory):
     """A fresh venv with numpy 2 installed, and a copy of this checkout's packaging."""
