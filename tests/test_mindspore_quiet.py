@@ -57,9 +57,9 @@ finally:
 '''
 
 
-def _run(*args: str) -> subprocess.CompletedProcess:
+def _run(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=300)
 
 
 def test_mindspore_adapter_imports_print_nothing():
@@ -72,14 +72,14 @@ def test_mindspore_adapter_imports_print_nothing():
 def test_graph_mode_compile_noise_is_kept_back_unless_the_step_fails(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
-    ok = _run(str(script), "good")
+    ok = _run(str(script), "good", cwd=tmp_path)
     assert ok.returncode == 0, ok.stderr[-3000:]
     trained, steps, kept_back = ok.stdout.split()
     assert (trained, steps) == ("trained", "2")
     assert int(kept_back) > 0, "the compile logged nothing to keep back: this test no longer tests anything"
     assert "GetRealPath" not in ok.stderr and "ReadSectionDebugInfoFromFile" not in ok.stderr, ok.stderr[-3000:]
 
-    bad = _run(str(script), "bad")
+    bad = _run(str(script), "bad", cwd=tmp_path)
     assert bad.returncode == 0, bad.stderr[-3000:]
     assert bad.stdout.startswith("failed: For 'MatMulExt' op"), bad.stdout
     assert "GetRealPath" in bad.stderr  # a failing compile shows everything MindSpore said
