@@ -6,9 +6,10 @@ it imports from ``tests/``) name a package the environment lacks is not collecte
 modules were left out and for want of what. The main environment never loads it: there a missing package
 is a collection error, as everything must run.
 
-Scripts a test module holds as strings (run in a subprocess) count as its code. For ``nbdebug/`` modules
-(their doctests) only module-level imports count: a lazy import inside a function that a doctest does not
-reach is no reason to skip the module's examples.
+Give pytest directories (``nbdebug tests``): it asks plugins about what it finds in them, never about a file
+named on the command line. Scripts a test module holds as strings (run in a subprocess) count as its code.
+For ``nbdebug/`` modules (their doctests) only module-level imports count: a lazy import inside a function
+that a doctest does not reach is no reason to skip the module's examples.
 """
 
 from __future__ import annotations
