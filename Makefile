@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.nbdebug-installed
 
-.PHONY: lab test setup lint bench clean browser labextension frontend
+.PHONY: lab test test-np2 setup lint bench clean browser labextension frontend
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -15,6 +15,19 @@ $(PY):
 $(STAMP): $(PY) pyproject.toml constraints.txt setup.py $(wildcard nbdebug/frameworks/*.c)
 	$(PIP) install -q -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
+
+# A second, small environment: what a PyTorch user gets with numpy 2 (`pip install nbdebug[torch]` and
+# numpy>=2, no MindSpore). torch is pinned here too: that pin resolves to the local CPU wheel.
+VENV_NP2 := .venv-np2
+PY_NP2 := $(VENV_NP2)/bin/python
+STAMP_NP2 := $(VENV_NP2)/.nbdebug-installed
+
+$(PY_NP2):
+	$(PYTHON) -m venv $(VENV_NP2)
+
+$(STAMP_NP2): $(PY_NP2) pyproject.toml setup.py $(wildcard nbdebug/frameworks/*.c)
+	$(PY_NP2) -m pip install -q 'torch==2.13.0' 'numpy>=2' 'pandas<3' kaleido pytest pytest-timeout -e '.[torch]'
+	touch $(STAMP_NP2)
 
 LABEXT_SRC := labextension/package.json labextension/tsconfig.json \
               $(wildcard labextension/src/*.ts labextension/schema/*.json labextension/style/*)
@@ -71,6 +84,12 @@ lint: setup
 
 test: setup browser lint
 	$(PY) -m pytest -q --doctest-modules nbdebug tests
+	$(MAKE) test-np2
+
+# The PyTorch tests and the doctests on numpy 2 (tests/torch_only.py leaves out, and names, the modules that
+# need MindSpore, msProbe, JupyterLab or the browser).
+test-np2: $(STAMP_NP2) labextension
+	PYTHONPATH=tests $(PY_NP2) -m pytest -q -p torch_only --doctest-modules nbdebug tests
 
 bench: setup
 	$(PY) bench/overhead.py
@@ -79,5 +98,5 @@ bench: setup
 	$(PY) bench/compare.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info nbdebug/labextension labextension/lib labextension/node_modules \
+	rm -rf $(VENV) $(VENV_NP2) build *.egg-info nbdebug/labextension labextension/lib labextension/node_modules \
 		frontend/node_modules nbdebug/ui/static

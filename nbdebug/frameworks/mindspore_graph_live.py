@@ -21,7 +21,9 @@ graph files stay until the process exits, when the whole temporary directory is 
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 import threading
 import weakref
 from typing import Any
@@ -29,11 +31,16 @@ from typing import Any
 import mindspore as ms
 import numpy as np
 from mindspore import nn
-from mindspore.common.api import _pynative_executor
+
+try:  # mindspore.common.api is deprecated since 2.9 and says so on stderr when imported
+    from mindspore.graph.api import _pynative_executor
+except ImportError:  # pragma: no cover - older MindSpore
+    from mindspore.common.api import _pynative_executor
 
 from ..session.session import Session
 from . import mindspore_graph as kd
 from .mindspore_scopes import recover_cell_scopes
+from .native_stderr import native_stderr
 
 try:
     from mindspore.graph import api as _gapi
@@ -41,6 +48,10 @@ except ImportError:  # pragma: no cover - older MindSpore keeps these in common.
     from mindspore.common import api as _gapi
 
 _GRAPH_CACHE: dict[tuple[str, int], kd.KernelGraph] = {}
+
+#: what MindSpore's core logs on fd 2 when a traced function's source file is not on disk (a notebook
+#: cell's): two lines per function and compile, harmless; kept out of the output unless the run fails
+_NOISE = re.compile(r"\] (GetRealPath\] Get realpath failed|ReadSectionDebugInfoFromFile\] The file .* may not exist)")
 
 
 class _Copy:
@@ -78,6 +89,8 @@ class _RunPatch:
             for cls in (getattr(_gapi, "_CellGraphExecutor", None), getattr(_gapi, "_JitExecutor", None)):
                 if cls is not None:
                     cls.__call__ = self._wrap(cls.__call__)
+                    if "compile" in vars(cls):
+                        cls.compile = _quiet(cls.compile)
             self.installed = True
 
     def uninstall(self, adapter: GraphAdapter) -> None:
@@ -92,7 +105,8 @@ class _RunPatch:
             depth = getattr(patch.depth, "n", 0)
             patch.depth.n = depth + 1
             try:
-                out = call(executor, *args, **kwargs)
+                with native_stderr(_NOISE):
+                    out = call(executor, *args, **kwargs)
             finally:
                 patch.depth.n = depth
             if depth == 0:
@@ -107,6 +121,15 @@ class _RunPatch:
         __call__.__nbdebug_wrapped__ = True
         __call__.__wrapped__ = call
         return __call__
+
+
+def _quiet(compile_: Any) -> Any:
+    @functools.wraps(compile_)
+    def compile(executor, *args, **kwargs):
+        with native_stderr(_NOISE):
+            return compile_(executor, *args, **kwargs)
+
+    return compile
 
 
 def arm(parse_now: bool = True) -> str:

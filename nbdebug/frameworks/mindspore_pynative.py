@@ -37,10 +37,14 @@ from typing import Any
 
 import mindspore as ms
 from mindspore import mint, nn, ops
-from mindspore.common.api import _pynative_executor
 from mindspore.common.parameter import Parameter
 from mindspore.mint.nn import functional as mint_functional
 from mindspore.ops.primitive import Primitive
+
+try:  # mindspore.common.api is deprecated since 2.9 and says so on stderr when imported
+    from mindspore.graph.api import _pynative_executor
+except ImportError:  # pragma: no cover - older MindSpore
+    from mindspore.common.api import _pynative_executor
 
 from ..session.session import Session
 from ..session.store import NotRetainedError, TensorStore

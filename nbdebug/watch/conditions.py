@@ -710,7 +710,7 @@ def percentage_in_range(values: Any, start: float, end: float) -> float:
         # v >= lo  <=>  v >= (smallest dtype value >= lo), likewise for hi. No float64 copy of the array.
         lo, hi = _ceil_in(lo, a.dtype), _floor_in(hi, a.dtype)
     with np.errstate(invalid="ignore"):
-        inside = np.count_nonzero((a >= lo) & (a <= hi))
+        inside = int(np.count_nonzero((a >= lo) & (a <= hi)))
     return inside * 100.0 / a.size
 
 
