@@ -225,14 +225,27 @@ class SourceView:
     @property
     def failed_node(self) -> str | None:
         """The node that ran last before the training function raised (None when unknown or not failed)."""
-        if self.error is None:
-            return None
-        keys = getattr(getattr(self.obj.session, "recorder", None), "keys", None)
-        return keys[-1][0] if keys else None
+        where = self._failure_point()
+        return where[1] if where else None
 
     @property
     def failed_step(self) -> int | None:
-        return int(self.obj.session.step_index) if self.error is not None else None
+        where = self._failure_point()
+        return where[0] if where else None
+
+    def _failure_point(self) -> tuple[int, str | None] | None:
+        if self.error is None:
+            return None
+        s = self.obj.session
+        keys = getattr(getattr(s, "recorder", None), "keys", None)
+        if keys:  # the failing step is still open
+            return int(s.step_index), keys[-1][0]
+        step = last_step(s)  # the step was closed when the training thread ended
+        try:
+            table_keys = s.table(step).keys if step >= 0 else []
+        except KeyError:
+            table_keys = []
+        return step, (table_keys[-1][0] if table_keys else None)
 
     def current_step_with_data(self) -> int:
         return last_step(self.obj.session)
