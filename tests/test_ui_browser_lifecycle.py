@@ -1,0 +1,158 @@
+"""Panel lifecycle in real browsers: a kernel restart marks the old panel stale (JupyterLab), and the
+panel plus the lab extension's commands work in Jupyter Notebook 7.
+
+The stale banner comes from the lab extension (``labextension/src/stale.ts``): on a kernel restart or
+shutdown every ``.nbdebug-panel`` of that notebook gets ``nbdebug-stale`` and a banner, and the CSS
+greys it and makes it inert. Both tests check that the kernel's log (the server's log) shows no
+exception while the panel is used.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from browser import LabPage
+
+NB = ".jp-NotebookPanel:not(.lm-mod-hidden)"
+PANEL = f"{NB} .nbdebug-panel"
+CELLS = [
+    """\
+import torch, nbdebug
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+
+def train(steps=1000):
+    for _ in range(steps):
+        opt.zero_grad()
+        model(torch.randn(2, 4)).pow(2).mean().backward()
+        opt.step()""",
+    """\
+dbg = nbdebug.Debugger(model)
+dbg.run(train, paused=True)
+dbg""",
+]
+
+
+@pytest.fixture(autouse=True)
+def built_extension() -> Any:
+    from browser import labextension_build
+
+    return labextension_build()
+
+
+def header(lab: LabPage) -> dict[str, Any]:
+    return lab.page.evaluate("""(sel) => {
+        const p = document.querySelector(sel);
+        if (!p) return null;
+        const t = c => { const e = p.querySelector(c); return e ? e.textContent.trim() : null; };
+        const st = p.querySelector('.nbdebug-state [data-state]');
+        return {state: st ? st.dataset.state : null, step: t('.nbdebug-step'), running: t('.nbdebug-step-running'),
+                stale: p.classList.contains('nbdebug-stale'), banner: t('.nbdebug-stale-banner')};
+    }""", PANEL)
+
+
+def wait_state(lab: LabPage, state: str, timeout: float = 60.0) -> None:
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        lab.wait_until("""([sel, state]) => {
+            const e = document.querySelector(sel + ' .nbdebug-state [data-state]');
+            return e && e.dataset.state === state;
+        }""", arg=[PANEL, state], timeout=timeout)
+    except PlaywrightTimeout:
+        raise AssertionError(f"panel state {state!r} not seen; header: {header(lab)}; "
+                             f"console errors: {lab.errors[-5:]}") from None
+
+
+def log_since(lab: LabPage, offset: int) -> str:
+    return lab.server.log_path.read_bytes()[offset:].decode(errors="replace")
+
+
+def shot(lab: LabPage, name: str, selector: str | None = None) -> None:
+    lab.assert_not_blank(lab.screenshot(name, selector))
+
+
+def test_kernel_restart_marks_the_panel_stale(lab_page: LabPage) -> None:
+    lab = lab_page
+    lab.server.write_notebook("stale.ipynb", CELLS)
+    lab.open_notebook("stale.ipynb")
+    start = lab.server.log_path.stat().st_size
+    lab.run_cell(0)
+    lab.run_cell(1)
+    wait_state(lab, "paused")
+    assert header(lab)["stale"] is False
+    assert "Traceback" not in log_since(lab, start), log_since(lab, start)[-3000:]
+
+    lab.page.evaluate("() => window.jupyterapp.shell.currentWidget.sessionContext.restartKernel()")
+    lab.wait_until("""(sel) => {
+        const b = document.querySelector(sel + '.nbdebug-stale .nbdebug-stale-banner');
+        return b && b.textContent.includes('kernel restarted');
+    }""", arg=PANEL, timeout=60)
+    facts = header(lab)
+    assert facts["banner"] == "kernel restarted — this panel is no longer live; run the cell again", facts
+    inert = lab.page.evaluate("""(sel) => {
+        const b = document.querySelector(sel + ' button.nbdebug-continue');
+        let e = b, pe = 'auto';
+        while (e && pe !== 'none') { pe = getComputedStyle(e).pointerEvents; e = e.parentElement; }
+        const st = getComputedStyle(document.querySelector(sel + ' > :not(.nbdebug-stale-banner)'));
+        // ipywidgets' broken-link icon on each disconnected view is hidden in a stale panel
+        const icons = Array.from(document.querySelectorAll(sel + ' .jupyter-widgets-disconnected'))
+            .filter(e => !['none', ''].includes(getComputedStyle(e, '::before').content)).length;
+        return {pointer: pe, opacity: Number(st.opacity), filter: st.filter, icons};
+    }""", PANEL)
+    assert inert["pointer"] == "none" and inert["opacity"] < 0.6 and "grayscale" in inert["filter"], inert
+    assert inert["icons"] == 0, inert
+    shot(lab, "ui-stale-panel", PANEL)
+
+    # the cell run again in the new kernel: a live panel, not marked
+    lab.wait_until("""() => {
+        const k = window.jupyterapp.shell.currentWidget.sessionContext.session.kernel;
+        return k && k.status === 'idle';
+    }""", timeout=60)
+    start = lab.server.log_path.stat().st_size
+    lab.run_cell(0)
+    lab.run_cell(1)
+    wait_state(lab, "paused")
+    assert header(lab)["stale"] is False and lab.page.locator(f"{PANEL}.nbdebug-stale").count() == 0
+    lab.page.evaluate("() => window.jupyterapp.commands.execute('nbdebug:terminate')")
+    assert "Traceback" not in log_since(lab, start), log_since(lab, start)[-3000:]
+
+
+def test_panel_and_commands_in_notebook_7(nb_page: LabPage) -> None:
+    lab = nb_page
+    lab.server.write_notebook("nb7.ipynb", CELLS)
+    lab.open_notebook("nb7.ipynb")
+    assert lab.page.evaluate("() => window.jupyterapp.name") == "Jupyter Notebook"
+    assert lab.page.evaluate("() => window.jupyterapp.commands.hasCommand('nbdebug:pause')"), \
+        f"the nbdebug plugin did not activate in Notebook 7; console errors: {lab.errors}"
+    start = lab.server.log_path.stat().st_size
+    lab.run_cell(0)
+    lab.run_cell(1)
+    wait_state(lab, "paused")
+    assert header(lab)["step"] == "–"  # nothing recorded yet
+
+    # the extension's step command (as the toolbar or a shortcut runs it): one step, then paused
+    lab.wait_until("() => window.jupyterapp.commands.isEnabled('nbdebug:step')", timeout=60)
+    lab.page.evaluate("() => window.jupyterapp.commands.execute('nbdebug:step')")
+    lab.wait_until("""(sel) => {
+        const p = document.querySelector(sel);
+        return p && p.querySelector('.nbdebug-step').textContent.trim() === '0'
+            && p.querySelector('.nbdebug-step-running').textContent.includes('step 1 next');
+    }""", arg=PANEL, timeout=60)
+    wait_state(lab, "paused")
+    # continue, then pause while it trains: the panel follows the commands
+    lab.page.evaluate("() => window.jupyterapp.commands.execute('nbdebug:continue')")
+    wait_state(lab, "running")
+    lab.wait_until("() => window.jupyterapp.commands.isEnabled('nbdebug:pause')", timeout=60)
+    lab.page.evaluate("() => window.jupyterapp.commands.execute('nbdebug:pause')")
+    wait_state(lab, "paused")
+    shot(lab, "ui-notebook7-panel")
+    lab.page.evaluate("() => window.jupyterapp.commands.execute('nbdebug:terminate')")
+    wait_state(lab, "terminated")
+    assert "Traceback" not in log_since(lab, start), log_since(lab, start)[-3000:]
+    problems = [e for e in lab.errors if "nbdebug" in e.lower()]
+    assert not problems, problems
