@@ -1,5 +1,6 @@
-"""Panel lifecycle in real browsers: a kernel restart marks the old panel stale (JupyterLab), and the
-panel plus the lab extension's commands work in Jupyter Notebook 7.
+"""Panel lifecycle and polish in real browsers: a kernel restart marks the old panel stale (JupyterLab);
+the panel plus the lab extension's commands work in Jupyter Notebook 7; the watchpoint form shows every
+field's error under it at full width; the quickstart's later cells run after its panel was used.
 
 The stale banner comes from the lab extension (``labextension/src/stale.ts``): on a kernel restart or
 shutdown every ``.nbdebug-panel`` of that notebook gets ``nbdebug-stale`` and a banner, and the CSS
@@ -9,6 +10,8 @@ exception while the panel is used.
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -16,6 +19,8 @@ import pytest
 if TYPE_CHECKING:
     from browser import LabPage
 
+REPO = Path(__file__).resolve().parents[1]
+QUICKSTART = REPO / "notebooks" / "quickstart.ipynb"
 NB = ".jp-NotebookPanel:not(.lm-mod-hidden)"
 PANEL = f"{NB} .nbdebug-panel"
 CELLS = [
@@ -156,3 +161,80 @@ def test_panel_and_commands_in_notebook_7(nb_page: LabPage) -> None:
     assert "Traceback" not in log_since(lab, start), log_since(lab, start)[-3000:]
     problems = [e for e in lab.errors if "nbdebug" in e.lower()]
     assert not problems, problems
+
+
+def test_form_errors_under_each_field_at_full_width(lab_page: LabPage) -> None:
+    lab = lab_page
+    lab.server.write_notebook("form.ipynb", CELLS)
+    lab.open_notebook("form.ipynb")
+    start = lab.server.log_path.stat().st_size
+    lab.run_cell(0)
+    lab.run_cell(1)
+    wait_state(lab, "paused")
+    panel = lab.page.locator(PANEL).first
+    panel.locator("button.nbdebug-wp-add").click()
+    form = panel.locator(".nbdebug-wp-form")
+    form.wait_for(state="visible")
+    select = form.locator(".nbdebug-wp-condition select")
+    labels = select.locator("option").all_text_contents()
+    select.select_option(index=next(i for i, t in enumerate(labels) if " TL " in t.replace("\xa0", " ")))
+    lab.wait_until("(sel) => document.querySelector(sel + ' .nbdebug-wp-param-max_gt input')", arg=PANEL)
+    assert "Average of the absolute value >" in form.inner_text()
+    form.locator(".nbdebug-wp-param-abs_mean_gt input").fill("-1")
+    form.locator(".nbdebug-wp-param-max_gt input").fill("big")
+    lab.page.wait_for_timeout(1000)  # ipywidgets holds a model's value updates while the kernel is busy
+    form.locator("button.nbdebug-wp-create").click()
+    geo = lab.wait_until("""(sel) => {
+        const f = document.querySelector(sel + ' .nbdebug-wp-form');
+        const errs = ['abs_mean_gt', 'max_gt'].map(n => f.querySelector('.nbdebug-wp-error-' + n));
+        if (errs.some(e => !e || !e.textContent.trim())) return null;
+        const fw = f.getBoundingClientRect().width;
+        return errs.map(e => { const r = e.getBoundingClientRect(), s = getComputedStyle(e.firstElementChild || e);
+            return {text: e.textContent.trim(), ratio: r.width / fw, lines: r.height / parseFloat(s.lineHeight || 16)}; });
+    }""", arg=PANEL)
+    for g in geo:  # as wide as the form (not a 20 px column), a line or two (not one word per line)
+        assert g["ratio"] > 0.8 and g["lines"] <= 3.5, geo
+    assert "must be >= 0" in geo[0]["text"] and "must be a number" in geo[1]["text"], geo
+    assert form.is_visible() and form.locator(".nbdebug-wp-param-max_gt input").input_value() == "big"
+    shot(lab, "ui-form-errors", f"{PANEL} .nbdebug-wp-form")
+    lab.page.evaluate("() => window.jupyterapp.commands.execute('nbdebug:terminate')")
+    assert "Traceback" not in log_since(lab, start), log_since(lab, start)[-3000:]
+
+
+def test_quickstart_cells_run_after_using_its_panel(lab_page: LabPage) -> None:
+    """As the quickstart's text suggests: TO in the form, CONTINUE into the hit, View; then the notebook's
+    later cells (they raised KeyError after continuing past the hit and reading step 4)."""
+    lab = lab_page
+    shutil.copy(QUICKSTART, lab.server.root / QUICKSTART.name)
+    lab.page.set_viewport_size({"width": 1440, "height": 2000})
+    lab.open_notebook(QUICKSTART.name)
+    cells = lab.cells()
+    at = next(i for i, (kind, src) in enumerate(cells) if kind == "code" and src.strip() == "dbg")
+    start = lab.server.log_path.stat().st_size
+    for i, (kind, _src) in enumerate(cells[:at + 1]):
+        if kind == "code":
+            lab.run_cell(i)
+    wait_state(lab, "paused")
+    panel = lab.page.locator(PANEL).first
+    panel.locator("button.nbdebug-wp-add").click()
+    form = panel.locator(".nbdebug-wp-form")
+    form.wait_for(state="visible")
+    form.locator("button.nbdebug-wp-create").click()  # TO is the form's default condition
+    lab.wait_until("(sel) => document.querySelectorAll(sel + ' .nbdebug-wp-row').length === 1", arg=PANEL)
+    panel.locator("button.nbdebug-continue").click()
+    lab.wait_until("(sel) => document.querySelector(sel + ' .nbdebug-hit-row')", arg=PANEL, timeout=60)
+    wait_state(lab, "paused")
+    facts = header(lab)
+    assert facts["step"] == "3" and "step 4 next" in facts["running"], facts  # the hits' step
+    hits = lab.page.evaluate("""(sel) => [document.querySelector(sel + ' .nbdebug-hit-count').textContent.trim(),
+        document.querySelector(sel + ' .nbdebug-hit-title').textContent.trim(),
+        document.querySelectorAll(sel + ' .nbdebug-hit-row').length]""", PANEL)
+    assert hits[1] == f"Hits ({hits[0]})" and int(hits[0]) == hits[2], hits
+    panel.locator(".nbdebug-hit-row").first.locator("button.nbdebug-hit-view").click()
+    panel.locator(".nbdebug-tensor-view").wait_for(state="visible")
+    shot(lab, "ui-quickstart-used", PANEL)
+    for i, (kind, _src) in enumerate(cells[at + 1:], start=at + 1):
+        if kind == "code":
+            lab.run_cell(i)  # fails with the cell's output if it raised
+    lab.wait_for_output("negative inputs to log: 1 at rows [5]")
+    assert "Traceback" not in log_since(lab, start), log_since(lab, start)[-3000:]
