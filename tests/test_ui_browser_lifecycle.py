@@ -190,7 +190,8 @@ def test_form_errors_under_each_field_at_full_width(lab_page: LabPage) -> None:
         if (errs.some(e => !e || !e.textContent.trim())) return null;
         const fw = f.getBoundingClientRect().width;
         return errs.map(e => { const r = e.getBoundingClientRect(), s = getComputedStyle(e.firstElementChild || e);
-            return {text: e.textContent.trim(), ratio: r.width / fw, lines: r.height / parseFloat(s.lineHeight || 16)}; });
+            const lh = parseFloat(s.lineHeight || 16);
+            return {text: e.textContent.trim(), ratio: r.width / fw, lines: r.height / lh}; });
     }""", arg=PANEL)
     for g in geo:  # as wide as the form (not a 20 px column), a line or two (not one word per line)
         assert g["ratio"] > 0.8 and g["lines"] <= 3.5, geo
