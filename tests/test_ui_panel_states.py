@@ -66,6 +66,12 @@ def test_form_uses_mindinsight_wording_and_checks_every_field_at_once():
         for name in ("abs_mean_gt", "max_gt", "min_gt"):  # below its field, at the form's full width
             field = wp.fields[name]
             assert field.widget.children[1] is field.error and field.error.layout.width == "100%"
+        # nothing given: one message for the form, in the form's words
+        for name in ("abs_mean_gt", "max_gt", "min_gt", "mean_gt"):
+            wp.field(name).value = ""
+        wp.create.click()
+        assert set(wp.errors()) == {"form"} and "choose from Average of the absolute value >, max >" in \
+            wp.errors()["form"], wp.errors()
         # a rule about fields together lands under the fields it names
         wp.condition.value = "TR"
         wp.field("range_percentage_gt").value = "50"

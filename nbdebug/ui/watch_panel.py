@@ -232,7 +232,7 @@ class WatchPanel:
         names = [m.group(1)] if m else [n for n in _NAMED_RE.findall(text) if n in self.fields]
         targets = [self.fields[n] for n in names if n in self.fields]
         if not targets or len(targets) > 2:  # e.g. "at least one parameter is needed": the form's
-            self.form_error.value = _error_html(text)
+            self.form_error.value = _error_html(_in_words(text, self.fields))
             return
         for t in targets:
             t.error.value = _error_html(text)
@@ -314,6 +314,13 @@ def _button(text: str, css: str, tooltip: str) -> w.Button:
     b = w.Button(description=text, tooltip=tooltip, layout=w.Layout(width="auto"))
     b.add_class(css)
     return b
+
+
+def _in_words(text: str, names: Any) -> str:
+    """``text`` with the form's parameter names in MindInsight's words ("choose from max >, min >")."""
+    for n in sorted(names, key=len, reverse=True):
+        text = re.sub(rf"\b{re.escape(n)}\b", label(n), text)
+    return text
 
 
 def _error_html(text: str) -> str:
