@@ -212,6 +212,8 @@ def test_failure_is_in_the_header_with_the_node_that_ran_last():
         assert "ValueError: shape mismatch after (2, 16)" in fail and "in step 0" in fail
         assert "Module.fc1" in fail  # the module that ran last
         assert "Module.fc1" in panel.controls.status.value
+        assert panel.selected is not None and panel.selected in fail  # selected: graph and details show it
+        assert panel.selected in panel.details.title.value and panel.errors == []
         assert not any(_enabled(panel).values())
     finally:
         panel.close()

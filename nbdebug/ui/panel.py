@@ -143,6 +143,21 @@ class Panel(w.VBox):
                 self.error.value = (f"<details><summary style='color:#cf222e'>panel error in {part}</summary>"
                                     f"<pre>{html.escape(msg)}</pre></details>")
         self._sig = self._signature()
+        if "header" in parts:
+            self._show_failure()
+
+    def _show_failure(self) -> None:
+        """After a failure, select the node that ran last (graph, node list and details show it), once."""
+        src = self.source
+        node = src.failed_node if src.error else None
+        if node is None or getattr(self, "_failure_shown", None) == src.error:
+            return
+        self._failure_shown = src.error
+        if node in src.graph.nodes:
+            try:
+                self.select(node)
+            except Exception:  # noqa: BLE001 - a view that cannot show it must not break the redraw
+                self.errors.append(traceback.format_exc())
 
     def flush(self) -> None:
         """Redraw whatever changed since the last redraw, now."""

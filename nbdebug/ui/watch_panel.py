@@ -95,14 +95,14 @@ class _Field:
         text = self.input.value.strip()
         if not text:
             return None
-        where = f"{abbr}: {label(self.spec.name)} ({self.spec.name})"
+        finite = self.spec.rule == "finite"
         try:
             x = float(text)
         except ValueError:
-            raise ValueError(f"{where} must be a number ({self.spec.range_text}), got {text!r}") from None
+            raise ValueError(f"must be a number{'' if finite else f' ({self.spec.range_text})'}, got {text!r}") \
+                from None
         if not self.spec.allows(x):
-            what = self.spec.range_text if self.spec.rule != "finite" else "a finite number"
-            raise ValueError(f"{where} must be {what}, got {text}")
+            raise ValueError(f"must be {'a finite number' if finite else self.spec.range_text}, got {text}")
         return x
 
 
