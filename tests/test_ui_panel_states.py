@@ -292,3 +292,63 @@ assert p.errors == []"""
     assert not errors, errors
     text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
     assert "negative inputs to log: 1 at rows [5]" in text
+
+
+def test_foreground_failure_in_a_cell_reaches_the_header():
+    """A plain training loop in a cell (no dbg.run) raises inside a step: the post_run_cell hook puts
+    the exception and the node that ran last in the header; the next training activity clears it."""
+    from types import SimpleNamespace
+
+    from nbdebug.ui.panel import after_cell
+
+    torch.manual_seed(0)
+    model = Net()
+    dbg = nbdebug.Debugger(model, level="mix")
+    panel = Panel(dbg, recommend=False)
+    try:
+        train_steps(model, 1)
+        try:
+            model.fc1(torch.randn(2, 8))
+            raise RuntimeError("CUDA out of memory (pretend)")
+        except RuntimeError as e:
+            after_cell(SimpleNamespace(error_in_exec=e))
+        fail = panel.header.failure.value
+        assert "RuntimeError: CUDA out of memory (pretend)" in fail and "in step 1" in fail
+        assert "Module.fc1" in fail and panel.selected is not None and panel.selected in fail
+        after_cell(SimpleNamespace(error_in_exec=None))  # a later cell that ran fine: still shown
+        panel.refresh()
+        assert "CUDA out of memory" in panel.header.failure.value
+        train_steps(model, 1)  # training went on: the failure is history
+        panel.refresh()
+        assert panel.header.failure.value == "" and panel.errors == []
+    finally:
+        panel.close()
+        dbg.close()
+
+
+def test_foreground_failure_hook_in_a_real_kernel(tmp_path, monkeypatch):
+    cells = [f"""\
+import nbdebug, torch
+assert nbdebug.__file__.startswith({str(REPO)!r})
+model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+dbg = nbdebug.Debugger(model, level="mix")
+p = dbg.panel()""",
+             """\
+for step in range(2):
+    loss = model(torch.randn(2, 4)).sum()
+    if step == 1:
+        raise ValueError("bad batch")
+    loss.backward()
+    torch.optim.SGD(model.parameters(), lr=0.1).step()""",
+             """\
+p.refresh()
+print("FAILURE:", p.header.failure.value)"""]
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(c) for c in cells]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=True,
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    assert [o.ename for o in nb.cells[1].outputs if o.output_type == "error"] == ["ValueError"]
+    assert not [o for c in (nb.cells[0], nb.cells[2]) for o in c.outputs if o.output_type == "error"]
+    text = "".join(o.get("text", "") for o in nb.cells[2].outputs)
+    assert "ValueError: bad batch" in text and "in step 1" in text and "at Tensor.sum.0.forward" in text, text

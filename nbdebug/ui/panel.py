@@ -9,7 +9,10 @@ watchpoint changed) to the panel, and the panel updates the others. Events from 
 second. Outside a kernel (tests, scripts) call :meth:`Panel.flush` to redraw.
 
 Lifecycle: the header's state reads ``closed`` once the debugger is closed (every control disabled),
-``failed`` with the exception and the node that ran last when training raised. A panel whose kernel
+``failed`` with the exception and the node that ran last when training raised on the worker thread (or
+with ``block=True``). When a cell that trains in the foreground (a plain loop under the attached
+debugger) raises inside a step, an IPython ``post_run_cell`` hook (:func:`after_cell`) puts the exception
+and the node that ran last in the header too. Either way that node is selected. A panel whose kernel
 restarted is marked stale in the browser by the lab extension (``nbdebug-stale``, a banner).
 
 An offline panel has a step selector (``nbdebug-step-select``, the dump's steps): choosing a step makes
@@ -123,6 +126,9 @@ class Panel(w.VBox):
             self._subs.append(src.on(ev, mark))
         self._sig = self._signature()
         self._closed = False
+        if src.live:
+            _LIVE.add(self)
+            _install_cell_hook()
         if self.coalescer.automatic:
             self.coalescer.loop.call_later(POLL_SECONDS, _poll, ref)
 
@@ -282,6 +288,35 @@ class Panel(w.VBox):
             for child in _descendants(self) + [tv.heatmap, tv.relations]:
                 child.close()
         super().close()
+
+
+_LIVE: weakref.WeakSet[Any] = weakref.WeakSet()  # live panels, told about foreground failures
+_HOOKED: list[Any] = []
+
+
+def after_cell(result: Any) -> None:
+    """IPython ``post_run_cell`` hook: a cell raised while a live debugger was inside a step in the
+    foreground → each of its panels shows the failure (exception, step, node that ran last)."""
+    err = getattr(result, "error_in_exec", None)
+    if err is None:
+        return
+    text = "".join(traceback.format_exception(type(err), err, err.__traceback__))
+    for panel in list(_LIVE):
+        if not panel._closed and panel.source.foreground_failed(text):
+            panel.coalescer.mark("header", "controls")
+            panel.flush()
+
+
+def _install_cell_hook() -> None:
+    try:
+        from IPython import get_ipython
+    except ImportError:  # pragma: no cover - ipywidgets needs IPython
+        return
+    ip = get_ipython()
+    if ip is None or any(h is ip for h in _HOOKED):
+        return
+    ip.events.register("post_run_cell", after_cell)
+    _HOOKED.append(ip)
 
 
 def _descendants(widget: Any) -> list[Any]:

@@ -191,7 +191,33 @@ class SourceView:
 
     @property
     def error(self) -> str | None:
-        return getattr(self.obj, "error", None) if self.live else None
+        """The traceback that ended training: the worker's (or ``block=True``'s), else a foreground one
+        (:meth:`foreground_failed`) while the session has not moved on since."""
+        if not self.live:
+            return None
+        err = getattr(self.obj, "error", None)
+        if err is None and self._foreground is not None:
+            text, sig = self._foreground
+            if sig == self._progress():
+                return text
+            self._foreground = None
+        return err
+
+    _foreground: tuple[str, tuple[int, int]] | None = None
+
+    def _progress(self) -> tuple[int, int]:
+        s = self.obj.session
+        return int(s.step_index), len(getattr(s, "recorder", ()))
+
+    def foreground_failed(self, traceback_text: str) -> bool:
+        """A cell that trained in the foreground (a plain loop, not ``dbg.run``) raised: remember it when
+        training was inside a step (its statistics are open) and no worker runs; True when taken."""
+        if not self.live or self.state not in ("idle", "finished", "terminated", "failed"):
+            return False
+        if getattr(self.obj, "error", None) is not None or not len(getattr(self.obj.session, "recorder", ())):
+            return False
+        self._foreground = (traceback_text, self._progress())
+        return True
 
     @property
     def step(self) -> int:
