@@ -117,7 +117,9 @@ def test_panel_drives_real_training(live):
     assert len(rows) == 1
     hit = dbg.hits[0]
     select_btn, view_btn, detail = rows[0].children
-    assert "TL" in select_btn.description and RELU in select_btn.description
+    assert select_btn.description == "TL · output.0"
+    (group,) = panel.hit_list.groups()  # grouped by node: the title names the node and the step
+    assert RELU in group.children[0].value and f"step {hit.step}" in group.children[0].value
     assert f"max_gt = 0 set, actual max = {hit.hits[0].actual:.4g}" in detail.value
     assert panel.header.hit_count.value == "1"
     select_btn.click()

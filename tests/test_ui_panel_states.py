@@ -133,7 +133,7 @@ def test_one_step_convention_and_hit_counts_agree():
         assert h.hit_count.value == str(n_hits) == str(len(panel.hit_list.rows()))
         assert panel.hit_list.title.value == f"<b>Hits</b> ({n_hits})"
         assert status(dbg)["hits"] == n_hits
-        assert all("step 3" in r.children[0].description for r in panel.hit_list.rows())
+        assert all("step 3" in g.children[0].value for g in panel.hit_list.groups())
         # grouped by node: one group per node, in execution order, first the log
         groups = panel.hit_list.groups()
         names = [g.children[0].value for g in groups]

@@ -8,10 +8,10 @@ parameters is a *notice* ("could not check …: value not retained", …). The t
 titled ``Could not check (M)``) and are never counted as hits.
 
 Hits are grouped by node (``nbdebug-hit-group``: one header per node and step, the node's records below).
-Each record row (``nbdebug-hit-row``) shows the condition, node, slot and step, and for every parameter
-that fired the threshold that was set against the actual value. Clicking the row's main button
-(``nbdebug-hit-select``) selects the node; ``View`` (``nbdebug-hit-view``) opens the tensor view on the
-hit's tensor. Rows are rebuilt only when the records change.
+Each record row (``nbdebug-hit-row``) shows the condition and slot (the group's title names the node and
+step), and for every parameter that fired the threshold that was set against the actual value. Clicking
+the row's main button (``nbdebug-hit-select``) selects the node; ``View`` (``nbdebug-hit-view``) opens
+the tensor view on the hit's tensor. Rows are rebuilt only when the records change.
 
 >>> from nbdebug.watch.watchpoints import HitRecord
 >>> from nbdebug.watch.conditions import Hit
@@ -114,8 +114,8 @@ class HitList:
         return box
 
     def _row(self, h: Any) -> w.HBox:
-        sel = w.Button(description=f"{h.condition} · {h.node} {h.slot} · step {h.step}",
-                       tooltip=f"watchpoint #{h.watchpoint}: select {h.node}",
+        sel = w.Button(description=f"{h.condition} · {h.slot}",  # node and step: the group's title
+                       tooltip=f"watchpoint #{h.watchpoint}: {h.node} {h.slot}, step {h.step} — select the node",
                        layout=w.Layout(width="auto", max_width="min(420px, calc(100% - 64px))"))  # View fits beside it
         sel.add_class("nbdebug-hit-select")
         sel.on_click(lambda _b: self.on_select(h.node))
