@@ -239,3 +239,51 @@ def test_quickstart_cells_run_after_using_its_panel(lab_page: LabPage) -> None:
             lab.run_cell(i)  # fails with the cell's output if it raised
     lab.wait_for_output("negative inputs to log: 1 at rows [5]")
     assert "Traceback" not in log_since(lab, start), log_since(lab, start)[-3000:]
+
+
+def test_offline_panel_step_selector(lab_page: LabPage) -> None:
+    """``%nbdebug load`` on a two-step dump: the header shows the dump (no PID) and the step selector
+    switches the step every view shows."""
+    import json
+
+    lab = lab_page
+
+    def tensor(mx, mn, mean, norm):
+        return {"type": "torch.Tensor", "dtype": "torch.float32", "shape": [2], "Max": mx, "Min": mn,
+                "Mean": mean, "Norm": norm}
+
+    dump = lab.server.root / "dump2"
+    for step, out in ((0, tensor(1.0, 0.0, 0.5, 1.0)), (1, tensor(3.0, 2.0, 2.5, 3.6))):
+        d = dump / f"step{step}" / "rank0"
+        d.mkdir(parents=True, exist_ok=True)
+        entry = {"input_args": [tensor(1.0, -1.0, 0.0, 1.4142135)], "input_kwargs": {}, "output": [out]}
+        (d / "dump.json").write_text(json.dumps({"task": "statistics", "level": "L1", "framework": "pytorch",
+                                                 "dump_data_dir": None,
+                                                 "data": {"Functional.relu.0.forward": entry}}))
+    lab.server.write_notebook("offline.ipynb", ["%load_ext nbdebug", "p = %nbdebug load dump2\n"
+                                                "p.select('Functional.relu.0.forward')\np"])
+    lab.open_notebook("offline.ipynb")
+    start = lab.server.log_path.stat().st_size
+    lab.run_cell(0)
+    lab.run_cell(1)
+    wait_state(lab, "offline")
+    facts = lab.page.evaluate("""(sel) => {
+        const p = document.querySelector(sel);
+        const vis = c => { const e = p.querySelector(c);
+                           return !!e && e.closest('.widget-hbox').offsetParent !== null; };
+        return {dump: p.querySelector('.nbdebug-dump').textContent, pid: vis('.nbdebug-pid'),
+                options: Array.from(p.querySelectorAll('.nbdebug-step-select option'))
+                    .map(o => o.textContent.replace(/\u00a0/g, ' ')),
+                step: p.querySelector('.nbdebug-step').textContent.trim(),
+                details: p.querySelector('.nbdebug-details-table').textContent};
+    }""", PANEL)
+    assert "dump2" in facts["dump"] and "steps 0, 1" in facts["dump"] and facts["pid"] is False, facts
+    assert facts["options"] == ["step 0", "step 1"] and facts["step"] == "1" and "2.5" in facts["details"], facts
+    lab.page.locator(f"{PANEL} .nbdebug-step-select select").select_option(index=0)
+    lab.wait_until("""(sel) => {
+        const p = document.querySelector(sel);
+        const t = p.querySelector('.nbdebug-details-table').textContent;
+        return p.querySelector('.nbdebug-step').textContent.trim() === '0' && !t.includes('2.5') && t.includes('0.5');
+    }""", arg=PANEL, timeout=30)
+    shot(lab, "ui-offline-step-selector", PANEL)
+    assert "Traceback" not in log_since(lab, start), log_since(lab, start)[-3000:]
