@@ -24,6 +24,10 @@ Fixtures
     ``write_notebook(name, cells)``, ``jupyter(*args)`` (a ``jupyter`` CLI run in the server's
     environment), ``api(method, path)``, ``shutdown_kernels()``.
 ``chromium`` (session)    the playwright ``Browser``.
+``notebook_server`` (session)  the same for Jupyter Notebook 7 (``jupyter notebook``): a
+    :class:`LabServer` with ``app="notebook"``.
+``nb_page`` (function)    a :class:`LabPage` on ``notebook_server`` (``open_notebook`` opens
+    ``/notebooks/NAME``, Notebook 7's single-document page).
 ``lab_page`` (function)   :class:`LabPage`: a fresh browser context with JupyterLab loaded and
     ``window.jupyterapp`` exposed; ``open_notebook``, ``cells``, ``run_cell`` (one cell, waited for),
     ``run_all``, ``append_and_run``, ``wait_for_output``, ``wait_until`` (a JS predicate), ``command``,
@@ -88,15 +92,19 @@ def free_port() -> int:
 
 
 class LabServer:
-    """A JupyterLab server on 127.0.0.1 with its own temporary root, token and Jupyter dirs."""
+    """A JupyterLab server (``app="lab"``) or a Jupyter Notebook 7 server (``app="notebook"``) on
+    127.0.0.1 with its own temporary root, token and Jupyter dirs."""
 
-    def __init__(self, base: Path) -> None:
+    def __init__(self, base: Path, app: str = "lab") -> None:
+        if app not in ("lab", "notebook"):
+            raise ValueError(f"app must be 'lab' or 'notebook', got {app!r}")
+        self.app = app
         self.base = base
         self.root = base / "root"
         self.token = secrets.token_hex(16)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = ARTIFACTS / "jupyterlab-server.log"
+        self.log_path = ARTIFACTS / ("jupyterlab-server.log" if app == "lab" else "notebook-server.log")
         self.proc: subprocess.Popen[bytes] | None = None
         self.env = self._environment()
 
@@ -130,12 +138,15 @@ class LabServer:
 
     def start(self) -> None:
         ARTIFACTS.mkdir(exist_ok=True)
-        cmd = [sys.executable, "-m", "jupyterlab", "--no-browser",
+        cmd = [sys.executable, "-m", "jupyterlab" if self.app == "lab" else "notebook", "--no-browser",
                "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={self.port}", "--ServerApp.port_retries=0",
-               f"--IdentityProvider.token={self.token}", f"--ServerApp.root_dir={self.root}",
-               "--LabApp.expose_app_in_browser=True",
-               "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-               "--LabApp.news_url=None", "--LabApp.extension_manager=readonly"]
+               f"--IdentityProvider.token={self.token}", f"--ServerApp.root_dir={self.root}"]
+        if self.app == "lab":
+            cmd += ["--LabApp.expose_app_in_browser=True",
+                    "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+                    "--LabApp.news_url=None", "--LabApp.extension_manager=readonly"]
+        else:
+            cmd += ["--JupyterNotebookApp.expose_app_in_browser=True"]
         if hasattr(os, "geteuid") and os.geteuid() == 0:
             cmd.append("--allow-root")  # containers and CI runners
         log = self.log_path.open("wb")
@@ -241,7 +252,7 @@ class LabPage:
 
     def open_notebook(self, name: str, kernel_timeout: float = 120.0) -> None:
         """Open ``name`` (relative to the server root) and wait for its kernel to be idle."""
-        self.goto(f"lab/tree/{name}")
+        self.goto(f"lab/tree/{name}" if self.server.app == "lab" else f"notebooks/{name}")
         self.page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=PAGE_LOAD_TIMEOUT)
         self.wait_until("""() => {
             const w = window.jupyterapp.shell.currentWidget;
@@ -365,6 +376,16 @@ def lab_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabServer]:
 
 
 @pytest.fixture(scope="session")
+def notebook_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabServer]:
+    server = LabServer(tmp_path_factory.mktemp("notebook7"), app="notebook")
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
 def chromium() -> Iterator[Any]:
     if not Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} is missing: install the Debian package `chromium` (make test does)",
@@ -382,6 +403,21 @@ def chromium() -> Iterator[Any]:
 @pytest.fixture
 def lab_page(lab_server: LabServer, chromium: Any, request: pytest.FixtureRequest) -> Iterator[LabPage]:
     page = LabPage(lab_server, chromium, request.node.name)
+    try:
+        yield page
+    finally:
+        failed = getattr(request.node, "rep_call", None)
+        if failed is not None and failed.failed:
+            try:
+                page.screenshot(f"FAILED-{request.node.name}")
+            except Exception:
+                pass
+        page.close()
+
+
+@pytest.fixture
+def nb_page(notebook_server: LabServer, chromium: Any, request: pytest.FixtureRequest) -> Iterator[LabPage]:
+    page = LabPage(notebook_server, chromium, request.node.name)
     try:
         yield page
     finally:

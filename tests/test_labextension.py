@@ -181,15 +181,16 @@ def test_toolbar_status_item_and_shortcuts_control_training(lab_page: LabPage) -
 
     lab.run_all()
     lab.wait_for_output("started paused")
-    first = wait_state(lab, "paused", r"step 0 · 0 hits")
-    assert first["text"] == "nbdebug: paused · step 0 · 0 hits"
+    first = wait_state(lab, "paused", r"step 0 next · 0 hits")
+    assert first["text"] == "nbdebug: paused · step 0 next · 0 hits"
     assert buttons(lab) == {"continue": "enabled", "step": "enabled", "next-node": "enabled",
                             "pause": "disabled", "terminate": "enabled"}
 
     # Continue (toolbar) runs into the TO hit on the probe in step 2.
     click(lab, "continue")
     hit = wait_state(lab, "paused", r"· [1-9]\d* hits?$")
-    assert re.fullmatch(r"nbdebug: paused · step 3 · [1-9]\d* hits?", hit["text"]), hit
+    # the step of the hits (as in the panel's header and pause reason), then the step that runs next
+    assert re.fullmatch(r"nbdebug: paused · step 2 · step 3 next · [1-9]\d* hits?", hit["text"]), hit
     assert "watchpoint hit" in hit["title"]
     shot = lab.screenshot("labextension-paused-after-hit")
     lab.assert_not_blank(shot)

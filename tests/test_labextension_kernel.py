@@ -212,7 +212,8 @@ def test_commands_check_their_name_the_debugger_and_the_state(net: Any) -> None:
         command("go")
     dbg = nbdebug.Debugger(net)
     try:
-        assert status() == {"state": "idle", "step": 0, "hits": 0, "current_node": None, "reason": "",
+        assert status() == {"state": "idle", "step": 0, "shown_step": None, "hits": 0, "current_node": None,
+                            "reason": "",
                             "framework": "pytorch"}
         with pytest.raises(RuntimeError, match="cannot continue while training is idle"):
             command("continue")

@@ -108,7 +108,7 @@ def test_watchpoints_recheck_on_a_tensor_dump():
     hits = [h for h in off.hits if h.watchpoint == wp.id]
     assert {h.node for h in hits} == {n.name for n in off.graph if n.kind == "parameter" and n.section == "forward"}
     assert all(h.step == 1 for h in hits if h.hits)  # step 0 has no previous step
-    assert any(h.error == "no_previous_step" for h in hits if h.step == 0)
+    assert not [h for h in hits if h.step == 0]  # nor a "could not check" notice for it
     off.update_watch(wp, abs_mean_update_ratio_lt=1e-12)
     assert not [h for h in off.hits if h.watchpoint == wp.id and h.hits]
     gl = off.watch("GL", max_gt=0.0)

@@ -62,7 +62,7 @@ MARK_GAP = """([sel, css]) => {
 # Hit rows squeezed below their content (they overlapped), watchpoint buttons pushed out of their box.
 LAYOUT_PROBLEMS = """(sel) => {
     const p = document.querySelector(sel), out = [];
-    p.querySelectorAll('.nbdebug-hit-row').forEach((r, i) => {
+    p.querySelectorAll('.nbdebug-hit-row, .nbdebug-hit-group').forEach((r, i) => {
         if (r.getBoundingClientRect().height < r.scrollHeight - 1) out.push(`hit row ${i} squeezed`);
     });
     const box = p.querySelector('.nbdebug-watchpoints').getBoundingClientRect();
@@ -84,7 +84,7 @@ def panel_facts(lab: LabPage, index: int = 0) -> dict[str, Any]:
         return {state: st ? st.dataset.state : null, step: text('.nbdebug-step'), hits: text('.nbdebug-hit-count'),
                 reason: text('.nbdebug-pause-reason'), control: text('.nbdebug-control-status'),
                 error: text('.nbdebug-panel-error'), wp_message: text('.nbdebug-wp-message'),
-                hit_rows: Array.from(p.querySelectorAll('.nbdebug-hit-row')).map(r => r.textContent.trim())};
+                hit_rows: Array.from(p.querySelectorAll('.nbdebug-hit-group')).map(r => r.textContent.trim())};
     }""", [PANEL, index])
 
 
@@ -165,9 +165,9 @@ def test_panel_drives_quickstart_training(lab_page: LabPage) -> None:
 
     # CONTINUE runs into the hit on torch.log (step 3, the bad batch).
     panel.locator("button.nbdebug-continue").click()
-    row = panel.locator(".nbdebug-hit-row", has_text=ORIGIN).first
-    expect(lab, f"a hit row for {ORIGIN}", """([sel, name]) => Array.from(
-        document.querySelectorAll(sel + ' .nbdebug-hit-row')).some(r => r.textContent.includes(name))""",
+    row = panel.locator(".nbdebug-hit-group", has_text=ORIGIN).first  # hits grouped by node
+    expect(lab, f"a hit group for {ORIGIN}", """([sel, name]) => Array.from(
+        document.querySelectorAll(sel + ' .nbdebug-hit-group')).some(r => r.textContent.includes(name))""",
            arg=[PANEL, ORIGIN], timeout=60)
     expect_state(lab, "paused")
     facts = panel_facts(lab)

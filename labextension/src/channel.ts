@@ -32,6 +32,8 @@ export type DebuggerState =
 export interface IStatus {
   state: DebuggerState;
   step: number | null;
+  /** The step whose data the panel shows (hits, pause reason); null before any. */
+  shown_step?: number | null;
   hits: number;
   current_node: string | null;
   reason: string;

@@ -29,12 +29,14 @@ import { Signal } from '@lumino/signaling';
 
 import { DebuggerState, KernelChannel } from './channel';
 import { continueIcon, terminateIcon } from './icons';
+import { watchForStalePanels } from './stale';
 import { StatusItem } from './status';
 
 
 
 export { COMM_TARGET, KernelChannel, IStatus } from './channel';
 export { describe } from './status';
+export { markStale, BANNER_TEXT, STALE_CLASS } from './stale';
 
 const PLUGIN_ID = 'nbdebug:plugin';
 
@@ -132,8 +134,14 @@ const plugin: JupyterFrontEndPlugin<void> = {
         refresh();
       });
     };
-    notebooks.forEach(panel => track(panel.sessionContext));
-    notebooks.widgetAdded.connect((_, panel) => track(panel.sessionContext));
+    notebooks.forEach(panel => {
+      track(panel.sessionContext);
+      watchForStalePanels(panel.sessionContext, panel.node);
+    });
+    notebooks.widgetAdded.connect((_, panel) => {
+      track(panel.sessionContext);
+      watchForStalePanels(panel.sessionContext, panel.node);
+    });
     if (consoles) {
       consoles.forEach(panel => track(panel.sessionContext));
       consoles.widgetAdded.connect((_, panel) => track(panel.sessionContext));

@@ -1,6 +1,10 @@
 /**
  * The status-bar item: the active debugger's state, step and hit count, e.g.
- * `nbdebug: paused · step 3 · 2 hits`. Its `data-state` attribute carries the raw state.
+ * `nbdebug: paused · step 3 · step 4 next · 2 hits`. Its `data-state` attribute carries the raw state.
+ *
+ * Steps follow the panel header's convention: paused at a step boundary (after the watchpoints fired on
+ * the step that just ended) it names the step whose data is shown — the step of the hits and of the
+ * pause reason — and then the step that runs next; otherwise the step in progress.
  */
 
 import { Widget } from '@lumino/widgets';
@@ -38,7 +42,15 @@ export function describe(status: IStatus | null): string {
   }
   const parts = [`nbdebug: ${status.state}`];
   if (status.step !== null && status.step !== undefined) {
-    parts.push(`step ${status.step}`);
+    const shown = status.shown_step;
+    if (status.state === 'paused' && shown !== undefined && shown !== status.step) {
+      if (shown !== null) {
+        parts.push(`step ${shown}`);
+      }
+      parts.push(`step ${status.step} next`);
+    } else {
+      parts.push(`step ${status.step}`);
+    }
   }
   parts.push(`${status.hits} hit${status.hits === 1 ? '' : 's'}`);
   return parts.join(' · ');

@@ -69,16 +69,23 @@ def status(dbg: Any = None) -> dict[str, Any]:
     """What the status item shows: ``state, step, hits, current_node, reason, framework``.
 
     ``state`` is ``"none"`` when there is no live debugger. ``step`` is the step in progress (0-based);
+    ``shown_step`` the step whose data the panel shows and the hits and pause reason name (the step in
+    progress once it recorded something, else the last finished one; None before any) — the panel
+    header's "Step" (see :mod:`nbdebug.ui.header`);
     ``hits`` counts the hit records so far in which a watchpoint fired (records of tensors that could
     not be checked are not hits).
     """
     if dbg is None:
         dbg = active_debugger()
     if dbg is None or dbg.closed:
-        return {"state": "none", "step": None, "hits": 0, "current_node": None, "reason": "", "framework": None}
+        return {"state": "none", "step": None, "shown_step": None, "hits": 0, "current_node": None, "reason": "",
+                "framework": None}
+    idx = int(dbg.step_index)
+    shown = idx if len(dbg.session.recorder) else idx - 1
     return {
         "state": str(dbg.state),
-        "step": int(dbg.step_index),
+        "step": idx,
+        "shown_step": shown if shown >= 0 else None,
         "hits": sum(1 for h in list(dbg.watchpoints.hits) if h.hits),
         "current_node": dbg.current_node,
         "reason": dbg.pause_reason,

@@ -14,15 +14,22 @@ panel of ``nbdebug.compare`` (its own classes).
 
 Stable CSS classes, for driving the panel from a browser (``widget.add_class``)::
 
-    nbdebug-panel            the whole panel (plus nbdebug-live or nbdebug-offline)
+    nbdebug-panel            the whole panel (plus nbdebug-live or nbdebug-offline; nbdebug-stale, with a
+                             nbdebug-stale-banner first child, once the lab extension saw its kernel
+                             restart or shut down)
+    nbdebug-step-select      offline only: the step selector (Dropdown of the dump's steps)
     nbdebug-refresh          ↻ button: redraw everything
     nbdebug-panel-error      an error inside a view (a <details> with the traceback)
   header
     nbdebug-header           the header line
     nbdebug-framework nbdebug-device nbdebug-pid nbdebug-step nbdebug-hit-count
-                             one value each
-    nbdebug-state            the state word: idle running paused finished terminated failed offline
-    nbdebug-pause-reason     why training is paused (and at which node)
+                             one value each (offline: nbdebug-dump, the dump's path/layout/steps, instead
+                             of nbdebug-pid)
+    nbdebug-step             the step whose data is shown (hits and pause reason name the same step);
+                             nbdebug-step-running "· step N next/running" when training is at another
+    nbdebug-state            the state word: idle running paused finished terminated failed closed offline
+    nbdebug-pause-reason     why training is paused (and at which node), or that the debugger is closed
+    nbdebug-failure          the exception that ended training, with its step and the node that ran last
   recommended watchpoints (first panel on a live session)
     nbdebug-recommend        the offer bar; nbdebug-recommend-yes, nbdebug-recommend-no its buttons
   graph
@@ -51,17 +58,22 @@ Stable CSS classes, for driving the panel from a browser (``widget.add_class``):
                              the selected node in/out), nbdebug-wp-delete (✕)
     nbdebug-wp-condition     the condition Dropdown (grouped: Tensor/Weight/Gradient/Activation check)
     nbdebug-wp-summary       what the condition checks
-    nbdebug-wp-params        the parameter fields: nbdebug-wp-param-<name> (Text; Checkbox for equal_nan),
-                             each also nbdebug-wp-param
+    nbdebug-wp-params        the parameter fields (each nbdebug-wp-field: MindInsight's label, the input, its
+                             error below): nbdebug-wp-param-<name> (Text; Checkbox for equal_nan), each
+                             also nbdebug-wp-param
     nbdebug-wp-only-selected checkbox: watch only the selected node
     nbdebug-wp-create        OK; nbdebug-wp-cancel closes the form
-    nbdebug-wp-error         a validation message: beside a field (also nbdebug-wp-error-<name>) or under
-                             the form (also nbdebug-wp-form-error); empty when there is none
+    nbdebug-wp-error         a validation message: under its field at full width (also
+                             nbdebug-wp-error-<name>) or under the form (also nbdebug-wp-form-error);
+                             empty when there is none; every field is checked at once
   hits
-    nbdebug-hits             the box; nbdebug-hit-list the rows
-    nbdebug-hit-row          one hit (also nbdebug-hit-hit, or nbdebug-hit-unchecked when it could not be
-                             checked): nbdebug-hit-select (selects the node), nbdebug-hit-view (tensor
-                             view), nbdebug-hit-detail (threshold vs actual)
+    nbdebug-hits             the box; nbdebug-hit-title "Hits (N)" (hits only); nbdebug-hit-list the groups
+    nbdebug-hit-group        the hits of one node in one step: nbdebug-hit-group-title, then its rows
+    nbdebug-hit-row          one hit (also nbdebug-hit-hit): nbdebug-hit-select (selects the node),
+                             nbdebug-hit-view (tensor view), nbdebug-hit-detail (threshold vs actual)
+    nbdebug-hit-notices      tensors that could not be checked, apart (hidden when none):
+                             nbdebug-hit-notice-title "Could not check (M)", rows nbdebug-hit-notice
+                             (also nbdebug-hit-unchecked); never counted as hits
   training control (live sessions only)
     nbdebug-controls         the box
     nbdebug-step-count       number of steps; nbdebug-step-ok runs them

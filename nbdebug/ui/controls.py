@@ -9,10 +9,12 @@ idle        –      –        –     –         –      –
 running     –      –        yes   yes       –      –
 paused      yes    yes      –     yes       yes*   yes
 over        –      –        –     –         –      –
+closed      –      –        –     –         –      –
 =========== ====== ======== ===== ========= ====== ====
 
 (* when a node is selected.) While idle the bar says how to start training under the debugger; after a
-failure it shows the exception. Each button only posts a command to the training thread, so a click
+failure it shows the exception and the node that ran last; once the debugger is closed (``dbg.close()``)
+it says so and every control stays disabled. Each button only posts a command to the training thread, so a click
 returns at once, even while a step is running.
 """
 
@@ -113,10 +115,15 @@ class Controls:
         elif paused:
             where = f" at <code>{html.escape(self.source.current_node)}</code>" if self.source.current_node else ""
             text = f"Paused{where}: {html.escape(self.source.pause_reason or 'paused')}."
+        elif state == "closed":
+            text = ("The debugger is closed: its hooks are removed and there is no training to control. "
+                    "Create a new <code>nbdebug.Debugger(model)</code> to debug again.")
         elif state == "failed":
             err = self.source.error or ""
             last = err.strip().splitlines()[-1] if err.strip() else "unknown error"
-            text = (f"<span style='color:#cf222e'>Training failed: {html.escape(last)}</span>"
+            node = self.source.failed_node
+            where = f" (last node: <code>{html.escape(node)}</code>)" if node else ""
+            text = (f"<span style='color:#cf222e'>Training failed: {html.escape(last)}</span>{where}"
                     f"<details><summary>traceback</summary><pre style='font-size:11px'>{html.escape(err)}</pre>"
                     "</details>")
         else:

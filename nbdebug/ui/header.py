@@ -1,10 +1,23 @@
-"""The panel header: framework and version, device, process id, current step, state, hit count.
+"""The panel header: framework and version, device, process id (or, offline, the dump), the step, state,
+hit count, and what ended or broke the session.
 
 Each value is its own small widget with a stable CSS class (``nbdebug-framework``, ``nbdebug-device``,
-``nbdebug-pid``, ``nbdebug-step``, ``nbdebug-state``, ``nbdebug-hit-count``, and — once a loss scale is
-tracked (``dbg.track_loss_scale(scaler)``) — ``nbdebug-loss-scale``), so a browser test reads
-one value per element; :meth:`Header.refresh` only assigns values that changed, so an idle header sends
-nothing to the frontend.
+``nbdebug-pid``, ``nbdebug-dump``, ``nbdebug-step``, ``nbdebug-step-running``, ``nbdebug-state``,
+``nbdebug-hit-count``, ``nbdebug-pause-reason``, ``nbdebug-failure``, and — once a loss scale is tracked
+(``dbg.track_loss_scale(scaler)``) — ``nbdebug-loss-scale``), so a browser test reads one value per
+element; :meth:`Header.refresh` only assigns values that changed, so an idle header sends nothing.
+
+**One step convention.** ``Step`` (``nbdebug-step``) is the step *whose data the panel shows*: the step
+the graph's statistics, the node details, the hit list ("step 3") and the pause reason ("… hits in
+step 3") refer to. Live, that is the step in progress once it has recorded something, else the last
+finished step (:func:`~nbdebug.ui.source.last_step`); offline, the step chosen in the step selector.
+When the step training runs (or will run next) is another one — paused at a step boundary after the
+watchpoints fired on the step that just ended — ``nbdebug-step-running`` says so: ``Step 3 · step 4
+next``. Before any data it reads ``–``.
+
+States beyond the training's: ``closed`` (the debugger was closed: nothing left to control),
+``failed`` (the training function raised, on the worker thread or in the foreground with
+``block=True``: ``nbdebug-failure`` names the exception and the node that ran last).
 """
 
 from __future__ import annotations
@@ -14,11 +27,44 @@ from typing import Any
 
 import ipywidgets as w
 
+from ..watch.watchpoints import count_hits
 from .source import SourceView
+
+
+def failure_text(error: str, node: str | None, step: int | None) -> str:
+    """One line about a failure: the exception's last line and where it happened.
+
+    >>> failure_text("Traceback ...\\nRuntimeError: boom\\n", "Torch.log.0.forward", 3)
+    'failed in step 3 at Torch.log.0.forward: RuntimeError: boom'
+    """
+    lines = [ln for ln in error.strip().splitlines() if ln.strip()]
+    last = lines[-1].strip() if lines else "unknown error"
+    where = f" in step {step}" if step is not None else ""
+    where += f" at {node}" if node else ""
+    return f"failed{where}: {last}"
+
+
+def dump_text(source: Any) -> str:
+    """What an offline header says about its dump: path, framework (layout) and the steps."""
+    obj = source.obj
+    path = getattr(obj, "path", "") or ""
+    layout = getattr(obj, "layout", "") or ""
+    steps = sorted(getattr(source.session, "steps", {}) or {})
+    if not steps:
+        span = "no steps"
+    elif steps == list(range(steps[0], steps[-1] + 1)) and len(steps) > 2:
+        span = f"steps {steps[0]}–{steps[-1]}"
+    else:
+        span = "steps " + ", ".join(map(str, steps))
+    parts = [html.escape(str(path)) if path else "(in memory)"]
+    if layout:
+        parts.append(html.escape(str(layout)))
+    parts.append(span)
+    return " · ".join(parts)
 
 _STATE_COLOURS = {
     "running": "#1a7f37", "paused": "#bf8700", "idle": "#57606a", "finished": "#0969da",
-    "terminated": "#57606a", "failed": "#cf222e", "offline": "#8250df",
+    "terminated": "#57606a", "failed": "#cf222e", "offline": "#8250df", "closed": "#57606a",
 }
 
 
@@ -37,35 +83,61 @@ class Header:
         self.framework, f1 = _field("Framework", "nbdebug-framework")
         self.device, f2 = _field("Device", "nbdebug-device")
         self.pid, f3 = _field("PID", "nbdebug-pid")
+        self.dump, self._dump_box = _field("Dump", "nbdebug-dump")
         self.step, f4 = _field("Step", "nbdebug-step")
+        self.step_running = w.HTML("", layout=w.Layout(margin="0 12px 0 0"))
+        self.step_running.add_class("nbdebug-step-running")
+        f4.children = (*f4.children, self.step_running)
         self.state, f5 = _field("State", "nbdebug-state")
         self.hit_count, f6 = _field("Hits", "nbdebug-hit-count")
         self.loss_scale, self._ls_box = _field("Loss scale", "nbdebug-loss-scale")
         self._ls_box.layout.display = "none"
         self.reason = w.HTML("")
         self.reason.add_class("nbdebug-pause-reason")
-        self.widget = w.HBox([f1, f2, f3, f4, f5, f6, self._ls_box, self.reason],
+        self.failure = w.HTML("")
+        self.failure.add_class("nbdebug-failure")
+        live = source.live
+        if live:
+            self._dump_box.layout.display = "none"
+        else:
+            f3.layout.display = "none"  # an offline panel shows the dump, not this kernel's PID
+        self.widget = w.HBox([f1, f2, f3, self._dump_box, f4, f5, f6, self._ls_box, self.reason, self.failure],
                              layout=w.Layout(flex_flow="row wrap", align_items="center"))
         self.widget.add_class("nbdebug-header")
         self.refresh()
 
     def refresh(self) -> None:
-        s = self.source.session
+        src = self.source
+        s = src.session
         fw = f"{getattr(s, 'framework', '?')} {getattr(s, 'framework_version', '')}".strip()
         _set(self.framework, html.escape(fw))
         _set(self.device, html.escape(str(getattr(s, "device", "?"))))
-        _set(self.pid, str(getattr(s, "pid", "?")))
-        _set(self.step, str(self.source.step))
-        state = self.source.state
+        if src.live:
+            _set(self.pid, str(getattr(s, "pid", "?")))
+        else:
+            _set(self.dump, dump_text(src))
+        shown = src.step
+        _set(self.step, str(shown) if shown >= 0 else "–")
+        state = src.state
+        running = src.running_step
+        note = ""
+        if src.live and state in ("running", "paused") and running != shown:
+            note = f"· step {running} {'next' if state == 'paused' else 'running'}"
+        _set(self.step_running, f"<small>{note}</small>" if note else "")
         colour = _STATE_COLOURS.get(state, "#57606a")
         _set(self.state, f"<span style='color:{colour};font-weight:bold' data-state='{state}'>{state}</span>")
-        _set(self.hit_count, str(sum(1 for h in self.source.hits if h.hits)))
+        _set(self.hit_count, str(count_hits(src.hits)))
         self._refresh_loss_scale()
-        reason = self.source.pause_reason if state == "paused" else ""
-        node = self.source.current_node if state == "paused" else None
+        reason = src.pause_reason if state == "paused" else ""
+        node = src.current_node if state == "paused" else None
         text = reason + (f" at {node}" if node and node not in reason else "")
+        if state == "closed":
+            text = "the debugger is closed (dbg.close()): nothing to control; create a new Debugger to go on"
         _set(self.reason, f"<i>{html.escape(text)}</i>" if text else "")
-
+        fail = ""
+        if src.error:
+            fail = failure_text(src.error, src.failed_node, src.failed_step)
+        _set(self.failure, f"<span style='color:#cf222e'>{html.escape(fail)}</span>" if fail else "")
 
     def _refresh_loss_scale(self) -> None:
         """Latest scale, and the current run of overflowing steps (red) — seed 003's persistent overflow."""

@@ -8,6 +8,17 @@ watchpoint changed) to the panel, and the panel updates the others. Events from 
 :class:`~nbdebug.ui.throttle.Coalescer` redraws them on the kernel's event loop at most ``rate`` times a
 second. Outside a kernel (tests, scripts) call :meth:`Panel.flush` to redraw.
 
+Lifecycle: the header's state reads ``closed`` once the debugger is closed (every control disabled),
+``failed`` with the exception and the node that ran last when training raised on the worker thread (or
+with ``block=True``). When a cell that trains in the foreground (a plain loop under the attached
+debugger) raises inside a step, an IPython ``post_run_cell`` hook (:func:`after_cell`) puts the exception
+and the node that ran last in the header too. Either way that node is selected. A panel whose kernel
+restarted is marked stale in the browser by the lab extension (``nbdebug-stale``, a banner).
+
+An offline panel has a step selector (``nbdebug-step-select``, the dump's steps): choosing a step makes
+it "current" for every view (graph, node list, details, hits, tensor view); its header shows the dump
+(path, layout, steps) instead of the kernel's PID.
+
 >>> from nbdebug.session.session import Session
 >>> p = Panel(Session(framework="pytorch", live=False))     # an (empty) offline session
 >>> p.controls is None, p.header.state.value.endswith("offline</span>")
@@ -89,13 +100,16 @@ class Panel(w.VBox):
         self.refresh_button.add_class("nbdebug-refresh")
         self.refresh_button.on_click(lambda _b: self.refresh())
         self.recommend_bar = self._recommend_bar(src.live if recommend is None else recommend)
+        self.step_select = self._step_selector() if not src.live else None
 
         left = w.VBox([self.node_list.widget, self.watch.widget, self.hit_list.widget]
                       + ([self.controls.widget] if self.controls else []),
                       layout=w.Layout(width="36%", min_width="300px"))
         right = w.VBox([self.graph_view.widget, self.details.widget], layout=w.Layout(width="64%"))
         super().__init__([
-            w.HBox([self.header.widget, self.refresh_button], layout=w.Layout(justify_content="space-between")),
+            w.HBox([self.header.widget]
+                   + ([self.step_select] if self.step_select is not None else []) + [self.refresh_button],
+                   layout=w.Layout(justify_content="space-between", align_items="center")),
             self.recommend_bar, w.HBox([left, right]), self.tensor_view.widget, self.error,
         ])
         self.add_class("nbdebug-panel")
@@ -112,6 +126,9 @@ class Panel(w.VBox):
             self._subs.append(src.on(ev, mark))
         self._sig = self._signature()
         self._closed = False
+        if src.live:
+            _LIVE.add(self)
+            _install_cell_hook()
         if self.coalescer.automatic:
             self.coalescer.loop.call_later(POLL_SECONDS, _poll, ref)
 
@@ -132,6 +149,21 @@ class Panel(w.VBox):
                 self.error.value = (f"<details><summary style='color:#cf222e'>panel error in {part}</summary>"
                                     f"<pre>{html.escape(msg)}</pre></details>")
         self._sig = self._signature()
+        if "header" in parts:
+            self._show_failure()
+
+    def _show_failure(self) -> None:
+        """After a failure, select the node that ran last (graph, node list and details show it), once."""
+        src = self.source
+        node = src.failed_node if src.error else None
+        if node is None or getattr(self, "_failure_shown", None) == src.error:
+            return
+        self._failure_shown = src.error
+        if node in src.graph.nodes:
+            try:
+                self.select(node)
+            except Exception:  # noqa: BLE001 - a view that cannot show it must not break the redraw
+                self.errors.append(traceback.format_exc())
 
     def flush(self) -> None:
         """Redraw whatever changed since the last redraw, now."""
@@ -180,6 +212,30 @@ class Panel(w.VBox):
 
     def view_hit(self, hit: Any) -> None:
         self.view(hit.node, hit.slot, hit.step, hit)
+
+    # -- offline step ------------------------------------------------------------------------------
+    def _step_selector(self) -> w.Dropdown:
+        steps = self.source.steps
+        current = self.source.step
+        dd = w.Dropdown(options=[(f"step {s}", s) for s in steps], value=current if current in steps else None,
+                        description="Step", disabled=len(steps) < 2, layout=w.Layout(width="150px"),
+                        style={"description_width": "36px"})
+        dd.add_class("nbdebug-step-select")
+        dd.observe(lambda ch: self.goto(ch["new"]) if ch["new"] is not None else None, names="value")
+        return dd
+
+    def goto(self, step: int) -> None:
+        """Offline: show ``step`` in every view (what the step selector does)."""
+        if self.source.step != step:
+            self.source.goto(step)
+        if self.step_select is not None and self.step_select.value != step:
+            self.step_select.value = step
+        tv = self.tensor_view
+        if tv.visible and tv.node is not None and tv.step in ("current", "previous"):
+            tv.open(tv.node, tv.slot, tv.step)
+        elif tv.visible and tv.node is not None:
+            tv.open(tv.node, tv.slot, "current")
+        self.refresh()
 
     # -- reactions --------------------------------------------------------------------------------
     def _acted(self) -> None:
@@ -240,6 +296,35 @@ class Panel(w.VBox):
             for child in _descendants(self) + [tv.heatmap, tv.relations]:
                 child.close()
         super().close()
+
+
+_LIVE: weakref.WeakSet[Any] = weakref.WeakSet()  # live panels, told about foreground failures
+_HOOKED: list[Any] = []
+
+
+def after_cell(result: Any) -> None:
+    """IPython ``post_run_cell`` hook: a cell raised while a live debugger was inside a step in the
+    foreground → each of its panels shows the failure (exception, step, node that ran last)."""
+    err = getattr(result, "error_in_exec", None)
+    if err is None:
+        return
+    text = "".join(traceback.format_exception(type(err), err, err.__traceback__))
+    for panel in list(_LIVE):
+        if not panel._closed and panel.source.foreground_failed(text):
+            panel.coalescer.mark("header", "controls")
+            panel.flush()
+
+
+def _install_cell_hook() -> None:
+    try:
+        from IPython import get_ipython
+    except ImportError:  # pragma: no cover - ipywidgets needs IPython
+        return
+    ip = get_ipython()
+    if ip is None or any(h is ip for h in _HOOKED):
+        return
+    ip.events.register("post_run_cell", after_cell)
+    _HOOKED.append(ip)
 
 
 def _descendants(widget: Any) -> list[Any]:

@@ -93,6 +93,22 @@ class SessionSource:
         return self.session.graph
 
     @property
+    def step_index(self) -> int:
+        """The step "current" means: the last one, unless :meth:`goto` chose another."""
+        chosen = getattr(self, "_chosen", None)
+        return chosen if chosen is not None else last_step(self.session)
+
+    def goto(self, step: int) -> None:
+        """Make ``step`` the "current" one (a bare session's "current" is the step before its ``step_index``)."""
+        steps = getattr(self.session, "steps", {}) or {}
+        if step not in steps:
+            raise KeyError(f"no step {step}; steps: {sorted(steps)}")
+        if len(getattr(self.session, "recorder", ())):
+            raise RuntimeError("this session is recording a step; it cannot show another one")
+        self.session.step_index = int(step) + 1
+        self._chosen = int(step)
+
+    @property
     def hits(self) -> list[HitRecord]:
         return sorted(self.watchpoints.hits, key=lambda h: (h.step, h.order, h.node, h.slot, h.watchpoint))
 
@@ -161,6 +177,8 @@ class SourceView:
         """The training state as a string (``"offline"`` for an offline session)."""
         if not self.live:
             return "offline"
+        if getattr(self.obj, "closed", False):
+            return "closed"
         return str(getattr(self.obj, "state", "idle"))
 
     @property
@@ -173,18 +191,87 @@ class SourceView:
 
     @property
     def error(self) -> str | None:
-        return getattr(self.obj, "error", None) if self.live else None
+        """The traceback that ended training: the worker's (or ``block=True``'s), else a foreground one
+        (:meth:`foreground_failed`) while the session has not moved on since."""
+        if not self.live:
+            return None
+        err = getattr(self.obj, "error", None)
+        if err is None and self._foreground is not None:
+            text, sig = self._foreground
+            if sig == self._progress():
+                return text
+            self._foreground = None
+        return err
+
+    _foreground: tuple[str, tuple[int, int]] | None = None
+
+    def _progress(self) -> tuple[int, int]:
+        s = self.obj.session
+        return int(s.step_index), len(getattr(s, "recorder", ()))
+
+    def foreground_failed(self, traceback_text: str) -> bool:
+        """A cell that trained in the foreground (a plain loop, not ``dbg.run``) raised: remember it when
+        training was inside a step (its statistics are open) and no worker runs; True when taken."""
+        if not self.live or self.state not in ("idle", "finished", "terminated", "failed"):
+            return False
+        if getattr(self.obj, "error", None) is not None or not len(getattr(self.obj.session, "recorder", ())):
+            return False
+        self._foreground = (traceback_text, self._progress())
+        return True
 
     @property
     def step(self) -> int:
-        """The step shown as "current": the step in progress (live) or the last one recorded (offline)."""
+        """The step whose data is shown (the header's "Step", the hits' and pause reasons' step): live, the
+        step in progress once it recorded something, else the last finished one (-1 before any);
+        offline, the chosen step (:meth:`goto`) or the last one."""
         s = self.obj.session
         if self.live:
-            return int(s.step_index)
+            return last_step(s)
         chosen = getattr(self.obj, "step_index", None)  # an offline session's "current" step
         if isinstance(chosen, (int, np.integer)) and chosen >= 0:
             return int(chosen)
         return max(last_step(s), 0)
+
+    @property
+    def running_step(self) -> int:
+        """The step training runs (or, paused at a step boundary, runs next); offline: :attr:`step`."""
+        return int(self.obj.session.step_index) if self.live else self.step
+
+    @property
+    def steps(self) -> list[int]:
+        """The steps with statistics, ascending."""
+        return sorted(getattr(self.obj.session, "steps", {}) or {})
+
+    def goto(self, step: int) -> None:
+        """Offline: make ``step`` the one every view shows (the source's ``goto``)."""
+        if self.live:
+            raise RuntimeError("a live panel shows the step training is at")
+        self.obj.goto(step)
+
+    @property
+    def failed_node(self) -> str | None:
+        """The node that ran last before the training function raised (None when unknown or not failed)."""
+        where = self._failure_point()
+        return where[1] if where else None
+
+    @property
+    def failed_step(self) -> int | None:
+        where = self._failure_point()
+        return where[0] if where else None
+
+    def _failure_point(self) -> tuple[int, str | None] | None:
+        if self.error is None:
+            return None
+        s = self.obj.session
+        keys = getattr(getattr(s, "recorder", None), "keys", None)
+        if keys:  # the failing step is still open
+            return int(s.step_index), keys[-1][0]
+        step = last_step(s)  # the step was closed when the training thread ended
+        try:
+            table_keys = s.table(step).keys if step >= 0 else []
+        except KeyError:
+            table_keys = []
+        return step, (table_keys[-1][0] if table_keys else None)
 
     def current_step_with_data(self) -> int:
         return last_step(self.obj.session)

@@ -2,8 +2,15 @@
 "+" form that creates one.
 
 The form offers the 17 conditions grouped by category (tensor, weight, gradient, activation); choosing
-one shows its parameter fields with their defaults. Create validates through the debugger: an invalid
-value shows the ``ValueError`` text next to the field it names (or under the form) and creates nothing.
+one shows its parameter fields with their defaults, labelled in MindInsight's words ("Average of the
+absolute value >", "max >", "Percentage of 0 values ≥", "Lower limit of the range (inclusive)", …; the
+parameter's name is the field's tooltip). OK checks every field at once: each bad value gets its message
+under its own field, at the form's full width; what the condition says about the fields together (e.g. a
+range percentage without both range ends) is checked by the debugger and shown under the field it names
+(or under the form). On any error nothing is created and the form stays open with what was typed.
+
+>>> label("abs_mean_gt"), label("zero_percentage_ge"), label("max_min_lt")
+('Average of the absolute value >', 'Percentage of 0 values ≥', 'MAX-MIN <')
 """
 
 from __future__ import annotations
@@ -21,6 +28,28 @@ from .source import SourceView
 _CATEGORY_LABEL = {"tensor": "Tensor check", "weight": "Weight check", "gradient": "Gradient check",
                    "activation": "Activation check"}
 _PARAM_RE = re.compile(r"parameter '([A-Za-z_0-9]+)'")
+_NAMED_RE = re.compile(r"\b(range_[a-z_]+|[a-z_]+_(?:gt|lt|ge))\b")
+
+#: MindInsight's wording of each parameter (its debugger guide, "Creating a watchpoint").
+LABELS: dict[str, str] = {
+    "abs_mean_gt": "Average of the absolute value >", "abs_mean_lt": "Average of the absolute value <",
+    "max_gt": "max >", "max_lt": "max <", "min_gt": "min >", "min_lt": "min <",
+    "mean_gt": "mean >", "mean_lt": "mean <",
+    "zero_percentage_ge": "Percentage of 0 values ≥",
+    "range_start_inclusive": "Lower limit of the range (inclusive)",
+    "range_end_inclusive": "Upper limit of the range (inclusive)",
+    "range_percentage_gt": "Percentage of the value in the range >",
+    "range_percentage_lt": "Percentage of the value in the range <",
+    "max_min_gt": "MAX-MIN >", "max_min_lt": "MAX-MIN <",
+    "abs_mean_update_ratio_gt": "Average change ratio >", "abs_mean_update_ratio_lt": "Average change ratio <",
+    "epsilon": "Offset", "rtol": "Relative tolerance", "atol": "Absolute tolerance",
+    "equal_nan": "NaN equals NaN",
+}
+
+
+def label(name: str) -> str:
+    """The form's label of parameter ``name`` (its name when MindInsight has no wording for it)."""
+    return LABELS.get(name, name)
 
 
 def condition_options() -> list[tuple[str, str]]:
@@ -34,32 +63,47 @@ def condition_options() -> list[tuple[str, str]]:
 
 
 class _Field:
+    """One parameter: its label and input on a line, its error message below at full width."""
+
     def __init__(self, spec: Any) -> None:
         self.spec = spec
+        text = label(spec.name)
         if spec.rule == "bool":
-            self.input: Any = w.Checkbox(value=bool(spec.default), description=spec.name, indent=False)
+            self.input: Any = w.Checkbox(value=bool(spec.default), description=text, indent=False,
+                                         tooltip=spec.name)
+            line: Any = self.input
         else:
             default = "" if spec.default is None else repr(float(spec.default))
-            self.input = w.Text(value=default, description=spec.name, placeholder=spec.range_text,
-                                style={"description_width": "170px"}, layout=w.Layout(width="330px"))
+            self.input = w.Text(value=default, placeholder=spec.range_text, tooltip=spec.name,
+                                layout=w.Layout(width="120px", flex="0 0 auto"))
+            name = w.HTML(f"<span title='{html.escape(spec.name)}'>{html.escape(text)}</span>",
+                          layout=w.Layout(flex="1 1 180px"))
+            name.add_class("nbdebug-wp-label-text")
+            line = w.HBox([name, self.input], layout=w.Layout(align_items="center", width="100%"))
         self.input.add_class(f"nbdebug-wp-param-{spec.name}")
         self.input.add_class("nbdebug-wp-param")
-        self.error = w.HTML("")
+        self.error = w.HTML("", layout=w.Layout(width="100%"))
         self.error.add_class("nbdebug-wp-error")
         self.error.add_class(f"nbdebug-wp-error-{spec.name}")
-        self.widget = w.HBox([self.input, self.error])
+        self.widget = w.VBox([line, self.error], layout=w.Layout(width="100%"))
+        self.widget.add_class("nbdebug-wp-field")
 
     def value(self, abbr: str) -> Any:
+        """The typed value (None when empty); ``ValueError`` with the field's message when it is bad."""
         if self.spec.rule == "bool":
             return bool(self.input.value)
         text = self.input.value.strip()
         if not text:
             return None
+        finite = self.spec.rule == "finite"
         try:
-            return float(text)
+            x = float(text)
         except ValueError:
-            raise ValueError(f"{abbr}: parameter {self.spec.name!r} must be a number ({self.spec.range_text}), "
-                             f"got {text!r}") from None
+            raise ValueError(f"must be a number{'' if finite else f' ({self.spec.range_text})'}, got {text!r}") \
+                from None
+        if not self.spec.allows(x):
+            raise ValueError(f"must be {'a finite number' if finite else self.spec.range_text}, got {text}")
+        return x
 
 
 class WatchPanel:
@@ -84,12 +128,12 @@ class WatchPanel:
         self.list.add_class("nbdebug-wp-list")
         # the form
         self.condition = w.Dropdown(options=condition_options(), value="TO", description="Condition",
-                                    layout=w.Layout(width="330px"))
+                                    layout=w.Layout(width="100%", max_width="420px"))
         self.condition.add_class("nbdebug-wp-condition")
         self.condition.observe(lambda ch: self._build_fields(), names="value")
         self.summary = w.HTML("")
         self.summary.add_class("nbdebug-wp-summary")
-        self.params = w.VBox([])
+        self.params = w.VBox([], layout=w.Layout(width="100%"))
         self.params.add_class("nbdebug-wp-params")
         self.only_selected = w.Checkbox(value=False, description="only the selected node", indent=False)
         self.only_selected.add_class("nbdebug-wp-only-selected")
@@ -101,9 +145,11 @@ class WatchPanel:
         self.form_error = w.HTML("")
         self.form_error.add_class("nbdebug-wp-error")
         self.form_error.add_class("nbdebug-wp-form-error")
+        self.form_error.layout.width = "100%"
         self.form = w.VBox([self.condition, self.summary, self.params, self.only_selected,
                             w.HBox([self.create, self.cancel]), self.form_error],
-                           layout=w.Layout(display="none", border="1px solid #ccc", padding="4px"))
+                           layout=w.Layout(display="none", border="1px solid #ccc", padding="4px",
+                                           width="100%"))
         self.form.add_class("nbdebug-wp-form")
         self.fields: dict[str, _Field] = {}
         self._build_fields()
@@ -143,19 +189,33 @@ class WatchPanel:
         return out
 
     def submit(self) -> Any:
-        """Create the watchpoint from the form; returns it, or None when the input is invalid."""
+        """Create the watchpoint from the form; returns it, or None when the input is invalid (every
+        field's problem is shown under that field; the form stays open with what was typed)."""
         abbr = self.condition.value
         for f in self.fields.values():
             f.error.value = ""
         self.form_error.value = ""
+        params: dict[str, Any] = {}
+        bad = False
+        for n, f in self.fields.items():
+            try:
+                v = f.value(abbr)
+            except ValueError as e:
+                f.error.value = _error_html(str(e))
+                bad = True
+                continue
+            if v is not None:
+                params[n] = v
+        nodes = None
+        if self.only_selected.value:
+            nodes = self.selected()
+            if nodes is None:
+                self.form_error.value = _error_html(f"{abbr}: 'only the selected node' is ticked but no node "
+                                                    "is selected")
+                bad = True
+        if bad:
+            return None
         try:
-            params = {n: f.value(abbr) for n, f in self.fields.items()}
-            params = {k: v for k, v in params.items() if v is not None}
-            nodes = None
-            if self.only_selected.value:
-                nodes = self.selected()
-                if nodes is None:
-                    raise ValueError(f"{abbr}: 'only the selected node' is ticked but no node is selected")
             wp = self.source.watch(abbr, nodes, **params)
         except (ValueError, TypeError) as e:
             self._show_error(str(e))
@@ -167,13 +227,15 @@ class WatchPanel:
         return wp
 
     def _show_error(self, text: str) -> None:
+        """Put a message from the debugger under the field it is about (else under the form)."""
         m = _PARAM_RE.search(text)
-        target = self.fields.get(m.group(1)) if m else None
-        span = f"<span style='color:#cf222e'>{html.escape(text)}</span>"
-        if target is not None:
-            target.error.value = span
-        else:
-            self.form_error.value = span
+        names = [m.group(1)] if m else [n for n in _NAMED_RE.findall(text) if n in self.fields]
+        targets = [self.fields[n] for n in names if n in self.fields]
+        if not targets or len(targets) > 2:  # e.g. "at least one parameter is needed": the form's
+            self.form_error.value = _error_html(_in_words(text, self.fields))
+            return
+        for t in targets:
+            t.error.value = _error_html(text)
 
     # -- list -------------------------------------------------------------------------------------
     def do_recheck(self) -> list[Any]:
@@ -252,6 +314,17 @@ def _button(text: str, css: str, tooltip: str) -> w.Button:
     b = w.Button(description=text, tooltip=tooltip, layout=w.Layout(width="auto"))
     b.add_class(css)
     return b
+
+
+def _in_words(text: str, names: Any) -> str:
+    """``text`` with the form's parameter names in MindInsight's words ("choose from max >, min >")."""
+    for n in sorted(names, key=len, reverse=True):
+        text = re.sub(rf"\b{re.escape(n)}\b", label(n), text)
+    return text
+
+
+def _error_html(text: str) -> str:
+    return f"<div style='color:#cf222e;white-space:normal;overflow-wrap:anywhere'>{html.escape(text)}</div>"
 
 
 def _plain(markup: str) -> str:

@@ -1,5 +1,10 @@
 """Watchpoints and hits: which condition watches which nodes, and what fired where.
 
+Hits and notices: a :class:`HitRecord` whose ``hits`` is non-empty is a *hit* (a watchpoint fired); one
+with ``hits == ()`` is a *notice* (the tensor could not be checked: ``error`` says why). Only hits count
+as hits (panel header, hit list, status item: :func:`count_hits`). A change condition (WCL/WCS/WNC) on the
+first step it sees has nothing to compare with and records nothing (no notice).
+
 A :class:`Watchpoint` pairs a condition (one of the 17) and its parameters with a node selection:
 explicit names or glob patterns, or — when none are given — the condition's category (all weights,
 all gradients, all activations, all nodes), which follows the graph as it grows. The
@@ -126,9 +131,19 @@ class HitRecord:
     unchecked: tuple[str, ...]
     advice: str
 
+    @property
+    def is_hit(self) -> bool:
+        """True when a watchpoint fired; False for a notice (the tensor could not be checked)."""
+        return bool(self.hits)
+
     def describe(self) -> str:
         f = Firing(self.condition, -1, self.hits, self.error, self.unchecked)
         return f"step {self.step} {self.node} {self.slot} — {f.describe()}"
+
+
+def count_hits(records: Iterable[HitRecord]) -> int:
+    """How many records are hits (notices do not count): the one count the panel and status item show."""
+    return sum(1 for h in records if h.hits)
 
 
 class WatchManager:
@@ -296,8 +311,9 @@ class WatchManager:
                     firings.append(Firing(cond, r, (), err, tuple(values_part) or (cond,)))
                     continue
                 if prev is None:
-                    firings.append(Firing(cond, r, (), perr if perr != VALUE_NOT_RETAINED or step == 0
-                                          else NO_PREVIOUS_STEP, tuple(values_part) or (cond,)))
+                    if step == 0 or perr in (NO_PREVIOUS_STEP, VALUE_NOT_RETAINED):
+                        continue  # the first step this watchpoint sees: nothing to compare with, no notice
+                    firings.append(Firing(cond, r, (), perr, tuple(values_part) or (cond,)))
                     continue
                 f = evaluate_values(cond, wp.params, current=cur, previous=prev, row=r)
                 if f is not None:
