@@ -217,7 +217,7 @@ def test_refresh_sends_a_delta_for_a_new_op_and_marks_only_when_changed():
         gv.refresh()
         assert sent.types() == ["delta", "marks"]  # the graph grew; the marks say the new step
         d, m = sent.msgs
-        assert (base_marks["step"], m["step"]) == ("step 1", "step 2")
+        assert (base_marks["step"], m["step"]) == ("step 0", "step 1")  # the step whose data is shown (header)
         gv.refresh()
         assert len(sent.msgs) == 2
         assert d["base"] == base["rev"] and d["rev"] == base["rev"] + 1

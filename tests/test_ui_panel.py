@@ -125,7 +125,7 @@ def test_panel_drives_real_training(live):
     assert panel.selected == RELU
     gv = panel.graph_view
     sent_marks = next(m for m in gv.widget.recorded() if m["type"] == "marks")
-    assert sent_marks["badges"] == {str(gv.feed.ids[RELU]): "TL"} and sent_marks["step"] == f"step {dbg.step_index}"
+    assert sent_marks["badges"] == {str(gv.feed.ids[RELU]): "TL"} and sent_marks["step"] == f"step {panel.header.step.value}"
 
     # View: the tensor view on the hit's tensor; slice changes update the heatmap data
     view_btn.click()
