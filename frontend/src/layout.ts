@@ -1,0 +1,261 @@
+/**
+ * Layered (Sugiyama) layout of the graph with elkjs, in a Web Worker, one expanded scope at a time.
+ *
+ * Each expanded scope is laid out on its own: its direct children (nodes, and child scopes as boxes of
+ * their current size) and the edges lifted to them (graph-data.ts). Data entering / leaving the scope
+ * goes through two port nodes, `__in` (first layer) and `__out` (last layer), so the connections
+ * inside a box are routed too. Layouts are cached per scope against the scope's data version and
+ * the sizes of its children; opening or closing a scope recomputes that scope and its ancestors only.
+ * The visible sections (forward, backward, optimizer) are placed side by side.
+ */
+import ELKApi from 'elkjs/lib/elk-api.js';
+import workerSource from 'elk-worker-source';
+import { GraphData } from './graph-data';
+
+export const NODE_H = 28;
+export const BOX_H = 44;
+export const HEADER = 30;
+export const PAD = 14;
+export const PORT = 8;
+export const SECTION_GAP = 80;
+
+export interface Rect { x: number; y: number; w: number; h: number }
+interface ScopeLayout { sig: string; w: number; h: number; pos: Map<string, Rect>; edges: { a: string; b: string; pts: number[] }[] }
+
+export type ItemKind = 'node' | 'box' | 'frame' | 'port';
+export interface Item extends Rect {
+  kind: ItemKind;
+  /** node id for `node`, -1 otherwise */
+  id: number;
+  /** scope key for `box` / `frame` / `port` */
+  key: string;
+  depth: number;
+}
+export interface EdgeItem {
+  /** the items at both ends ("n<id>", "s<key>", "in:<key>", "out:<key>") */
+  a: string;
+  b: string;
+  pts: number[];
+  minX: number; minY: number; maxX: number; maxY: number;
+}
+export interface Scene {
+  items: Item[];
+  edges: EdgeItem[];
+  byRef: Map<string, Item>;
+  bounds: Rect;
+  /** scopes whose layout was computed for this scene (the rest came from the cache) */
+  computed: string[];
+  ms: number;
+}
+
+let elk: any = null;
+/** The ELK instance, its worker started from a Blob URL of the inlined worker source. */
+function getElk(): any {
+  if (!elk) {
+    const url = URL.createObjectURL(new Blob([workerSource as string], { type: 'application/javascript' }));
+    const ELK = (ELKApi as any).default ?? ELKApi;
+    elk = new ELK({ workerFactory: () => new Worker(url) });
+  }
+  return elk;
+}
+
+let measureCtx: CanvasRenderingContext2D | null = null;
+const widths = new Map<string, number>();
+/** Width of `text` in px at `font` (cached). */
+export function textWidth(text: string, font = '11px sans-serif'): number {
+  const k = font + '\u0001' + text;
+  let w = widths.get(k);
+  if (w === undefined) {
+    if (!measureCtx) measureCtx = document.createElement('canvas').getContext('2d');
+    if (measureCtx) {
+      measureCtx.font = font;
+      w = measureCtx.measureText(text).width;
+    } else w = text.length * 6.2;
+    if (widths.size > 200000) widths.clear();
+    widths.set(k, w);
+  }
+  return w;
+}
+
+export const NODE_FONT = '11px sans-serif';
+export const BOX_FONT = 'bold 12px sans-serif';
+const clamp = (v: number, a: number, b: number) => Math.max(a, Math.min(b, v));
+
+export function countText(n: number): string {
+  return `${n.toLocaleString('en-US')} node${n === 1 ? '' : 's'}`;
+}
+
+const LAYOUT_OPTIONS: Record<string, string> = {
+  'elk.algorithm': 'layered',
+  'elk.direction': 'DOWN',
+  'elk.edgeRouting': 'ORTHOGONAL',
+  'elk.layered.spacing.nodeNodeBetweenLayers': '26',
+  'elk.spacing.nodeNode': '18',
+  'elk.spacing.edgeNode': '10',
+  'elk.spacing.edgeEdge': '6',
+  'elk.layered.spacing.edgeNodeBetweenLayers': '10',
+  'elk.layered.spacing.edgeEdgeBetweenLayers': '6',
+  'elk.spacing.componentComponent': '28',
+  'elk.layered.considerModelOrder.strategy': 'NODES_AND_EDGES',
+  'elk.separateConnectedComponents': 'true',
+  'elk.aspectRatio': '1.6',
+  'elk.padding': `[top=${HEADER + 6},left=${PAD},bottom=${PAD},right=${PAD}]`
+};
+
+export class Layouts {
+  private cache = new Map<string, ScopeLayout>();
+  constructor(private g: GraphData) {}
+
+  nodeSize(id: number): [number, number] {
+    return [clamp(textWidth(this.g.nodes[id][1], NODE_FONT) + 20, 44, 220), NODE_H];
+  }
+
+  boxSize(key: string): [number, number] {
+    const row = this.g.scopes.get(key);
+    const label = row ? row[2] : key;
+    const w = Math.max(textWidth(label, BOX_FONT), textWidth(countText(row ? row[5] : 0), NODE_FONT));
+    return [clamp(w + 34, 80, 260), BOX_H];
+  }
+
+  private sizeOf(ref: string, expanded: Set<string>): [number, number] {
+    if (ref[0] === 'n') return this.nodeSize(Number(ref.slice(1)));
+    const key = ref.slice(1);
+    if (expanded.has(key)) {
+      const l = this.cache.get(key);
+      if (l) return [l.w, l.h];
+    }
+    return this.boxSize(key);
+  }
+
+  /** Lay out what is visible: the `sections` shown, and inside them the `expanded` scopes. */
+  async run(expanded: Set<string>, sections: string[]): Promise<Scene> {
+    const t0 = performance.now();
+    const g = this.g;
+    const open = (k: string) => expanded.has(k) || g.scopes.get(k)?.[1] === null;
+    const roots = sections.map(s => `${s}:`).filter(k => {
+      const ix = g.index.get(k);
+      return ix && (ix.nodes.length || ix.scopes.length);
+    });
+    // the scopes to lay out, by depth
+    const levels: string[][] = [];
+    const walk = (k: string, d: number) => {
+      (levels[d] ??= []).push(k);
+      for (const c of g.index.get(k)?.scopes ?? []) if (open(c)) walk(c, d + 1);
+    };
+    for (const r of roots) walk(r, 0);
+    const openSet = new Set<string>(levels.flat());
+    const computed: string[] = [];
+    for (let d = levels.length - 1; d >= 0; d--) {
+      const jobs: Promise<void>[] = [];
+      for (const k of levels[d]) {
+        const ix = g.index.get(k)!;
+        const sig = `${g.version.get(k) ?? 0}|` + ix.scopes.filter(c => openSet.has(c))
+          .map(c => { const l = this.cache.get(c); return l ? `${c}=${l.w.toFixed(1)}x${l.h.toFixed(1)}` : c; }).join(',');
+        const have = this.cache.get(k);
+        if (have && have.sig === sig) continue;
+        computed.push(k);
+        jobs.push(this.layoutScope(k, sig, openSet));
+      }
+      await Promise.all(jobs);
+    }
+    return this.compose(roots, openSet, computed, performance.now() - t0);
+  }
+
+  private async layoutScope(key: string, sig: string, openSet: Set<string>): Promise<void> {
+    const g = this.g;
+    const ix = g.index.get(key)!;
+    const refs: string[] = [];
+    const order = (r: string) => (r[0] === 'n' ? Number(g.nodes[Number(r.slice(1))][5]) : g.firstOrder.get(r.slice(1)) ?? 0);
+    for (const n of ix.nodes) refs.push(`n${n}`);
+    for (const s of ix.scopes) if (g.index.get(s)!.nodes.length || g.index.get(s)!.scopes.length) refs.push(`s${s}`);
+    refs.sort((a, b) => order(a) - order(b));
+    const present = new Set(refs);
+    const children: any[] = [];
+    if (ix.ins.size) children.push({ id: '__in', width: PORT * 2, height: PORT, layoutOptions: { 'elk.layered.layering.layerConstraint': 'FIRST_SEPARATE' } });
+    for (const r of refs) {
+      const [w, h] = this.sizeOf(r, openSet);
+      children.push({ id: r, width: w, height: h });
+    }
+    if (ix.outs.size) children.push({ id: '__out', width: PORT * 2, height: PORT, layoutOptions: { 'elk.layered.layering.layerConstraint': 'LAST_SEPARATE' } });
+    const edges: any[] = [];
+    let i = 0;
+    for (const [a, b] of ix.edges.values()) if (present.has(a) && present.has(b)) edges.push({ id: `e${i++}`, sources: [a], targets: [b] });
+    for (const c of ix.ins) if (present.has(c)) edges.push({ id: `e${i++}`, sources: ['__in'], targets: [c] });
+    for (const c of ix.outs) if (present.has(c)) edges.push({ id: `e${i++}`, sources: [c], targets: ['__out'] });
+    const options = { ...LAYOUT_OPTIONS };
+    if (children.length > 300) options['elk.layered.thoroughness'] = '2';
+    let res: any;
+    if (!children.length) res = { width: 120, height: HEADER + 20, children: [], edges: [] };
+    else res = await getElk().layout({ id: 'root', layoutOptions: options, children, edges });
+    const pos = new Map<string, Rect>();
+    for (const c of res.children ?? []) pos.set(c.id, { x: c.x, y: c.y, w: c.width, h: c.height });
+    const out: ScopeLayout['edges'] = [];
+    for (const e of res.edges ?? []) {
+      const s = e.sections?.[0];
+      if (!s) continue;
+      const pts = [s.startPoint.x, s.startPoint.y];
+      for (const p of s.bendPoints ?? []) pts.push(p.x, p.y);
+      pts.push(s.endPoint.x, s.endPoint.y);
+      out.push({ a: e.sources[0], b: e.targets[0], pts });
+    }
+    const label = g.scopes.get(key)?.[2] ?? key;
+    const w = Math.max(res.width, textWidth(label, BOX_FONT) + 60);
+    this.cache.set(key, { sig, w, h: res.height, pos, edges: out });
+  }
+
+  /** Absolute positions of everything drawn. */
+  private compose(roots: string[], openSet: Set<string>, computed: string[], ms: number): Scene {
+    const items: Item[] = [];
+    const edges: EdgeItem[] = [];
+    const byRef = new Map<string, Item>();
+    const frames: Item[] = [];
+    const leaves: Item[] = [];
+    const place = (key: string, ox: number, oy: number, depth: number) => {
+      const l = this.cache.get(key)!;
+      const frame: Item = { kind: 'frame', id: -1, key, x: ox, y: oy, w: l.w, h: l.h, depth };
+      frames.push(frame);
+      byRef.set(`s${key}`, frame);
+      for (const [ref, p] of l.pos) {
+        const x = ox + p.x, y = oy + p.y;
+        if (ref === '__in' || ref === '__out') {
+          const port: Item = { kind: 'port', id: -1, key: `${ref === '__in' ? 'in' : 'out'}:${key}`, x, y, w: p.w, h: p.h, depth };
+          leaves.push(port);
+          byRef.set(port.key, port);
+        } else if (ref[0] === 'n') {
+          const it: Item = { kind: 'node', id: Number(ref.slice(1)), key: '', x, y, w: p.w, h: p.h, depth: depth + 1 };
+          leaves.push(it);
+          byRef.set(ref, it);
+        } else if (openSet.has(ref.slice(1))) {
+          place(ref.slice(1), x, y, depth + 1);
+        } else {
+          const it: Item = { kind: 'box', id: -1, key: ref.slice(1), x, y, w: p.w, h: p.h, depth: depth + 1 };
+          leaves.push(it);
+          byRef.set(ref, it);
+        }
+      }
+      for (const e of l.edges) {
+        const pts = e.pts.map((v, i) => v + (i % 2 ? oy : ox));
+        let minX = Infinity, minY = Infinity, maxX = -Infinity, maxY = -Infinity;
+        for (let i = 0; i < pts.length; i += 2) {
+          minX = Math.min(minX, pts[i]); maxX = Math.max(maxX, pts[i]);
+          minY = Math.min(minY, pts[i + 1]); maxY = Math.max(maxY, pts[i + 1]);
+        }
+        const ref = (r: string) => (r === '__in' ? `in:${key}` : r === '__out' ? `out:${key}` : r);
+        edges.push({ a: ref(e.a), b: ref(e.b), pts, minX, minY, maxX, maxY });
+      }
+    };
+    let x = 0;
+    for (const r of roots) {
+      place(r, x, 0, 0);
+      x += this.cache.get(r)!.w + SECTION_GAP;
+    }
+    items.push(...frames, ...leaves);
+    let minX = Infinity, minY = Infinity, maxX = -Infinity, maxY = -Infinity;
+    for (const f of frames) if (f.depth === 0) {
+      minX = Math.min(minX, f.x); minY = Math.min(minY, f.y);
+      maxX = Math.max(maxX, f.x + f.w); maxY = Math.max(maxY, f.y + f.h);
+    }
+    const bounds = items.length ? { x: minX, y: minY, w: maxX - minX, h: maxY - minY } : { x: 0, y: 0, w: 1, h: 1 };
+    return { items, edges, byRef, bounds, computed, ms };
+  }
+}
