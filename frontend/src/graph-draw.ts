@@ -263,18 +263,17 @@ export function draw(ctx: CanvasRenderingContext2D, inp: DrawInput): DrawOutput 
     if (isSection) {
       const fs = 13;
       const font = `bold ${fs}px sans-serif`;
-      const t = fit(label, font, 1, Math.max(0, f.w * k));
-      if (!t) continue;
+      const t: [string, number] = [label, textWidth(label, font)];
       const r = { x: sx(f.x) + 2, y: sy(f.y) - fs - 6, w: t[1], h: fs + 2 };
       if (!grid.tryAdd(r, t[0])) continue;
       ctx.font = font;
       ctx.fillStyle = SECTION_EDGE[data.sectionOf(f.key)] ? '#57606a' : '#57606a';
       ctx.fillText(t[0], r.x, r.y + r.h / 2);
     } else {
-      const fs = 12 * k;
-      if (fs < 6.5) continue;
+      const fs = Math.max(12 * k, 9);
+      if (HEADER * k < fs + 2) continue;
       const toggle = '−';
-      const t = fit(`${toggle} ${label}`, BOX_FONT, k, f.w * k - 12);
+      const t = fit(`${toggle} ${label}`, BOX_FONT, fs / 12, f.w * k - 12);
       if (!t) continue;
       const r = { x: sx(f.x) + 8, y: sy(f.y + HEADER / 2) - fs / 2 - 1, w: t[1], h: fs + 2 };
       if (!grid.tryAdd(r, t[0])) continue;
@@ -287,20 +286,22 @@ export function draw(ctx: CanvasRenderingContext2D, inp: DrawInput): DrawOutput 
   const ordered = leaves.filter(it => it.kind !== 'port').sort((a, b) => priority(a) - priority(b));
   for (const it of ordered) {
     if (it.kind === 'box') {
-      const fs = 12 * k;
-      if (fs < 6.5) continue;
+      const fs = Math.max(12 * k, 9);
+      const hk = it.h * k;
+      if (hk < fs * 1.3) continue;
+      const two = hk >= fs * 2.7;
       const row = data.scopes.get(it.key);
-      const t = fit(row?.[2] ?? it.key, BOX_FONT, k, it.w * k - 10);
+      const t = fit(row?.[2] ?? it.key, BOX_FONT, fs / 12, it.w * k - 10);
       if (!t) continue;
-      const r = { x: sx(it.x + it.w / 2) - t[1] / 2, y: sy(it.y + it.h * 0.36) - fs / 2 - 1, w: t[1], h: fs + 2 };
+      const r = { x: sx(it.x + it.w / 2) - t[1] / 2, y: sy(it.y + it.h * (two ? 0.36 : 0.5)) - fs / 2 - 1, w: t[1], h: fs + 2 };
       if (!grid.tryAdd(r, t[0])) continue;
       ctx.font = `bold ${fs}px sans-serif`;
       ctx.fillStyle = '#24292f';
       ctx.fillText(t[0], r.x, r.y + r.h / 2);
-      const cs = 10 * k;
-      if (cs >= 6.5) {
+      const cs = Math.max(10 * k, 8);
+      if (two) {
         const ct = `+ ${countText(row?.[5] ?? 0)}`;
-        const c = fit(ct, '10px sans-serif', k, it.w * k - 10);
+        const c = fit(ct, '10px sans-serif', cs / 10, it.w * k - 10);
         if (c) {
           const rc = { x: sx(it.x + it.w / 2) - c[1] / 2, y: sy(it.y + it.h * 0.72) - cs / 2 - 1, w: c[1], h: cs + 2 };
           if (grid.tryAdd(rc, c[0])) {
@@ -311,9 +312,9 @@ export function draw(ctx: CanvasRenderingContext2D, inp: DrawInput): DrawOutput 
         }
       }
     } else {
-      const fs = 11 * k;
-      if (fs < 7) continue;
-      const t = fit(data.nodes[it.id][1], NODE_FONT, k, it.w * k - 8);
+      const fs = Math.max(11 * k, 8);
+      if (it.h * k < fs + 2) continue;
+      const t = fit(data.nodes[it.id][1], NODE_FONT, fs / 11, it.w * k - 8);
       if (!t) continue;
       const r = { x: sx(it.x + it.w / 2) - t[1] / 2, y: sy(it.y + it.h / 2) - fs / 2 - 1, w: t[1], h: fs + 2 };
       if (!grid.tryAdd(r, t[0])) continue;
