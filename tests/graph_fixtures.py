@@ -89,7 +89,7 @@ def residual() -> GraphBuilder:
     """x → LayerNorm → Linear → GELU → Linear → Dropout → add(x, ·) → LayerNorm: a pre-norm residual block."""
     g = GraphBuilder()
     s = "forward:block"
-    x = g.node("input.x", "x", "input", "forward:", "input")
+    x = g.node("input.x", "x", "input", s, "input")
     ln = g.node("block.ln.LayerNorm.0", "LayerNorm", "op", s, "layer_norm", inputs=(x,))
     fc1 = g.node("block.fc1.Linear.0", "Linear fc1", "op", s, "linear", "4×32", inputs=(ln,))
     act = g.node("block.act.GELU.0", "GELU", "op", s, "gelu", "4×32", inputs=(fc1,))

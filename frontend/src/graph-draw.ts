@@ -83,7 +83,8 @@ function fit(text: string, font: string, k: number, avail: number): [string, num
   if (tw <= avail) return [text, tw];
   const n = Math.floor((text.length * avail) / tw) - 1;
   if (n < 3) return null;
-  const t = text.slice(0, n) + '…';
+  // dotted / slashed paths keep their tail (the informative end: "…attn.c_attn.weight")
+  const t = /[./]/.test(text.slice(0, -1)) ? '…' + text.slice(text.length - n) : text.slice(0, n) + '…';
   return [t, Math.min(avail, textWidth(t, font) * k)];
 }
 

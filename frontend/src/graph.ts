@@ -19,12 +19,13 @@
  * - `expand(key)`, `collapse(key)`, `reveal(name)`, `fit()`, `fitSelection()`: Promises that resolve
  *   when the view has been laid out and drawn again;
  * - `zoom(k)` (multiply at the centre), `pan(dx, dy)` (CSS px), `frame()`: draw now, returns ms;
- * - `scopes()`: the keys of the scope boxes and frames drawn.
+ * - `scopes()`: the keys of the scope boxes and frames drawn; `traits()`: `{expanded, selected, sections}`;
+ * - `camera()`: `{k, tx, ty, W, H}` (screen = graph × k + t); `click(x, y)`: a click at canvas px.
  */
 import { WidgetModel } from './model';
 import { SECTIONS } from './graph-data';
 import { GraphStore, storeFor } from './graph-store';
-import { Scene, Item, HEADER, Rect } from './layout';
+import { Scene, Item, HEADER, Rect, warmUp } from './layout';
 import { Camera, draw, DrawOutput, representative, CLS_COLORS } from './graph-draw';
 
 const STYLE = `
@@ -151,7 +152,10 @@ class GraphView {
     this.resize();
     (el as any).nbdebugGraph = this.api();
     if (this.store.data.loaded) this.relayout();
-    else model.send({ type: 'hello', rev: -1 });
+    else {
+      try { warmUp(); } catch { /* reported by the first layout */ }
+      model.send({ type: 'hello', rev: -1 });
+    }
   }
 
   destroy(): void {
@@ -251,7 +255,7 @@ class GraphView {
       this.fitted = true;
       const sel = this.selectedId();
       if (sel >= 0 && representative(scene, this.store.data, sel)) this.fitSelection(false);
-      else this.fit(false);
+      else this.initialView();
     }
     this.buildMini();
     this.frame();
@@ -285,6 +289,16 @@ class GraphView {
     if (!this.scene) return;
     this.fitRect(this.scene.bounds, 1.25);
     if (draw) this.frame();
+  }
+  /** Fit the whole graph when that leaves it readable; else a readable zoom, from the top. */
+  private initialView(): void {
+    const b = this.scene!.bounds;
+    this.fitRect(b, 1.25);
+    if (this.cam.k >= 0.55) return;
+    const k = Math.max(this.cam.k, Math.min(0.8, (this.W - 48) / b.w));
+    this.cam.k = k;
+    this.cam.tx = b.w * k < this.W - 48 ? this.W / 2 - (b.x + b.w / 2) * k : 24 - b.x * k;
+    this.cam.ty = 34 - b.y * k;
   }
   fitSelection(draw = true): void {
     if (!this.scene) return;
@@ -651,6 +665,7 @@ class GraphView {
       pan: (dx: number, dy: number) => { this.cam.tx += dx; this.cam.ty += dy; return this.frame(); },
       frame: () => this.frame(),
       camera: () => ({ ...this.cam, W: this.W, H: this.H }),
+      traits: () => ({ expanded: [...this.expanded()], selected: this.trait('selected', ''), sections: this.sections() }),
       click: (x: number, y: number) => this.clickAt(x, y)
     };
   }

@@ -77,6 +77,13 @@ export function textWidth(text: string, font = '11px sans-serif'): number {
   return w;
 }
 
+/** Start the worker (and its JIT) before the first graph arrives. */
+export function warmUp(): void {
+  const e = getElk();
+  e.layout({ id: 'w', layoutOptions: LAYOUT_OPTIONS, children: [{ id: 'a', width: 10, height: 10 }, { id: 'b', width: 10, height: 10 }],
+    edges: [{ id: 'e', sources: ['a'], targets: ['b'] }] }).catch(() => undefined);
+}
+
 export const NODE_FONT = '11px sans-serif';
 export const BOX_FONT = 'bold 12px sans-serif';
 const clamp = (v: number, a: number, b: number) => Math.max(a, Math.min(b, v));
