@@ -225,9 +225,10 @@ def test_clicks_select_nodes_and_toggle_scopes(page):
     assert "forward:transformer/drop" in page.evaluate(f"() => {G}.traits().expanded")
     assert stats(page)["visibleNodes"] == before + 1
     # clicking the open scope's header closes it
-    nb = page.evaluate(f"() => {G}.screenBox('transformer.drop.Dropout.6')")
+    fr = page.evaluate(f"() => {G}.scopeBox('forward:transformer/drop')")
+    assert fr["open"]
     k = page.evaluate(f"() => {G}.camera().k")
-    page.mouse.click(canvas["x"] + nb["x"] + 2, canvas["y"] + nb["y"] - 21 * k)
+    page.mouse.click(canvas["x"] + fr["x"] + fr["w"] / 2, canvas["y"] + fr["y"] + 15 * k)
     page.evaluate(f"() => {G}.idle()")
     assert "forward:transformer/drop" not in page.evaluate(f"() => {G}.traits().expanded")
 

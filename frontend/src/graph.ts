@@ -13,7 +13,7 @@
  * - `stats()`: `{visibleNodes, visibleBoxes, visibleItems, layoutMs, drawMs, computedScopes, zoom}`;
  * - `labelBoxes()` / `badgeBoxes()`: screen rects (CSS px, canvas-relative) of what the last frame drew;
  * - `nodeBox(name)`: the drawn box of a node (graph coordinates) or null when hidden;
- *   `screenBox(name)`: the same in canvas px;
+ *   `screenBox(name)`: the same in canvas px; `scopeBox(key)`: a scope's box or frame in canvas px;
  * - `edgePath(src, dst)`: the drawn polyline `[[x, y], ...]` (graph coordinates) of the edge between
  *   the items standing for the two nodes, or null;
  * - `expand(key)`, `collapse(key)`, `reveal(name)`, `fit()`, `fitSelection()`: Promises that resolve
@@ -654,6 +654,12 @@ class GraphView {
         const out: [number, number][] = [];
         for (let i = 0; i < e.pts.length; i += 2) out.push([e.pts[i], e.pts[i + 1]]);
         return out;
+      },
+      scopeBox: (key: string) => {
+        const it = this.scene?.byRef.get(`s${key}`);
+        if (!it) return null;
+        const { k, tx, ty } = this.cam;
+        return { x: it.x * k + tx, y: it.y * k + ty, w: it.w * k, h: it.h * k, open: it.kind === 'frame' };
       },
       scopes: () => (this.scene?.items ?? []).filter(i => i.kind === 'box' || i.kind === 'frame').map(i => i.key),
       expand: (key: string) => this.toggle(key, true),
