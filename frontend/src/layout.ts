@@ -48,15 +48,20 @@ export interface Scene {
   ms: number;
 }
 
-let elk: any = null;
-/** The ELK instance, its worker started from a Blob URL of the inlined worker source. */
+const pool: any[] = [];
+let next = 0;
+let workerUrl = '';
+/** Scopes of one depth are laid out in parallel on up to 3 workers. */
+const POOL = Math.max(1, Math.min(3, (globalThis.navigator?.hardwareConcurrency ?? 2) - 1));
+/** An ELK instance (round robin over the pool), its worker started from a Blob URL of the inlined source. */
 function getElk(): any {
-  if (!elk) {
-    const url = URL.createObjectURL(new Blob([workerSource as string], { type: 'application/javascript' }));
+  if (pool.length < POOL) {
+    if (!workerUrl) workerUrl = URL.createObjectURL(new Blob([workerSource as string], { type: 'application/javascript' }));
     const ELK = (ELKApi as any).default ?? ELKApi;
-    elk = new ELK({ workerFactory: () => new Worker(url) });
+    pool.push(new ELK({ workerFactory: () => new Worker(workerUrl) }));
+    return pool[pool.length - 1];
   }
-  return elk;
+  return pool[next++ % pool.length];
 }
 
 let measureCtx: CanvasRenderingContext2D | null = null;
@@ -79,8 +84,8 @@ export function textWidth(text: string, font = '11px sans-serif'): number {
 
 /** Start the worker (and its JIT) before the first graph arrives. */
 export function warmUp(): void {
-  const e = getElk();
-  e.layout({ id: 'w', layoutOptions: LAYOUT_OPTIONS, children: [{ id: 'a', width: 10, height: 10 }, { id: 'b', width: 10, height: 10 }],
+  if (pool.length) return;
+  for (let i = 0; i < POOL; i++) getElk().layout({ id: 'w', layoutOptions: LAYOUT_OPTIONS, children: [{ id: 'a', width: 10, height: 10 }, { id: 'b', width: 10, height: 10 }],
     edges: [{ id: 'e', sources: ['a'], targets: ['b'] }] }).catch(() => undefined);
 }
 
