@@ -3,14 +3,14 @@ harness page that draws them with ``nbdebugUI.renderStatic`` in Chromium.
 
 Graphs: :func:`residual` (one pre-norm residual block with LayerNorm: the skip edge must go beside
 the branch), :func:`gpt2` (a GPT-2-like model, forward / backward / optimizer grouped per parameter,
-~1.7k nodes at 6 layers) and :func:`synthetic` (``n`` nodes in nested scopes: stages → blocks →
+~1.5k nodes at 6 layers) and :func:`synthetic` (``n`` nodes in nested scopes: stages → blocks →
 attn/mlp/norm → core).
 
 >>> g = residual()
 >>> msg = g.message()
 >>> msg["type"], len(msg["nodes"]) == len(g.nodes), msg["scopes"][0][0]
 ('graph', True, 'forward:')
->>> len(gpt2().nodes) > 1500
+>>> 1400 < len(gpt2().nodes) < 1600
 True
 """
 
@@ -260,7 +260,8 @@ def synthetic(n: int) -> GraphBuilder:
 
 
 # -- the harness page ------------------------------------------------------------------------------------
-HARNESS = """<!doctype html><html><head><meta charset="utf-8"><title>nbdebug graph harness</title><link rel="icon" href="data:,"></head>
+HARNESS = """<!doctype html><html><head><meta charset="utf-8"><title>nbdebug graph harness</title>
+<link rel="icon" href="data:,"></head>
 <body style="margin:0;font-family:sans-serif"><div id="g" style="width:1100px;margin:8px"></div>
 <script type="module">
 import * as ui from "/nbdebug-ui.js";

@@ -54,7 +54,8 @@ def overlaps(boxes: list[dict]) -> list[tuple[str, str]]:
     bad = []
     for i, a in enumerate(boxes):
         for b in boxes[i + 1:]:
-            if a["x"] < b["x"] + b["w"] and b["x"] < a["x"] + a["w"] and a["y"] < b["y"] + b["h"] and b["y"] < a["y"] + a["h"]:
+            if (a["x"] < b["x"] + b["w"] and b["x"] < a["x"] + a["w"]
+                    and a["y"] < b["y"] + b["h"] and b["y"] < a["y"] + a["h"]):
                 bad.append((a["text"], b["text"]))
     return bad
 
@@ -172,7 +173,8 @@ def test_reveal_opens_the_scopes_selects_and_centres(page):
     assert page.evaluate(f"(n) => {G}.nodeBox(n)", name) is None
     page.evaluate(f"(n) => {G}.reveal(n)", name)
     t = page.evaluate(f"() => {G}.traits()")
-    for k in ("forward:transformer", "forward:transformer/h", "forward:transformer/h/3", "forward:transformer/h/3/attn"):
+    for k in ("forward:transformer", "forward:transformer/h", "forward:transformer/h/3",
+              "forward:transformer/h/3/attn"):
         assert k in t["expanded"], t
     assert t["selected"] == name
     sb = page.evaluate(f"(n) => {G}.screenBox(n)", name)
@@ -274,8 +276,10 @@ def test_marks_badges_paused_ring_and_path(page):
 
 
 SCRIPTED = """(graph) => {
-  const handlers = {}; const state = {view: 'graph', height: 400, expanded: [], selected: '', sections: ['forward'], status: 'live'};
-  const model = { sent: [], get: k => state[k], set: (k, v) => { state[k] = v; (handlers['change:' + k] || []).forEach(f => f()); },
+  const handlers = {};
+  const state = {view: 'graph', height: 400, expanded: [], selected: '', sections: ['forward'], status: 'live'};
+  const model = { sent: [], get: k => state[k],
+    set: (k, v) => { state[k] = v; (handlers['change:' + k] || []).forEach(f => f()); },
     save_changes() {}, on: (e, f) => { (handlers[e] = handlers[e] || []).push(f); },
     off: (e, f) => { handlers[e] = (handlers[e] || []).filter(x => x !== f); },
     send(m) { this.sent.push(m); if (m.type === 'hello') setTimeout(() => model.emit(graph), 0); },
