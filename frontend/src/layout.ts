@@ -158,7 +158,7 @@ export class Layouts {
     const openSet = new Set<string>(levels.flat());
     const computed: string[] = [];
     for (let d = levels.length - 1; d >= 0; d--) {
-      const jobs: Promise<void>[] = [];
+      const jobs: { key: string; sig: string; graph: any }[] = [];
       for (const k of levels[d]) {
         const ix = g.index.get(k)!;
         const sig = `${g.version.get(k) ?? 0}|` + ix.scopes.filter(c => openSet.has(c))
@@ -166,41 +166,62 @@ export class Layouts {
         const have = this.cache.get(k);
         if (have && have.sig === sig) continue;
         computed.push(k);
-        jobs.push(this.layoutScope(k, sig, openSet));
+        const graph = this.scopeGraph(k, `${jobs.length}\u0002`, openSet);
+        if (graph) jobs.push({ key: k, sig, graph });
+        else this.store(k, sig, '', { width: 120, height: HEADER + 20, children: [], edges: [] });
       }
-      await Promise.all(jobs);
+      // one ELK call per worker for the whole depth: each scope a compound child of a root that
+      // stays where it is ('fixed'); ELK lays out each child's content on its own (SEPARATE_CHILDREN)
+      const big = jobs.filter(j => j.graph.children.length > 150);
+      const small = jobs.filter(j => j.graph.children.length <= 150);
+      const batches: (typeof jobs)[] = big.map(j => [j]);
+      const per = Math.max(1, Math.ceil(small.length / POOL));
+      for (let i = 0; i < small.length; i += per) batches.push(small.slice(i, i + per));
+      await Promise.all(batches.map(async batch => {
+        const res = await getElk().layout({ id: 'root', layoutOptions: { 'elk.algorithm': 'fixed' }, children: batch.map(j => j.graph) });
+        batch.forEach((j, i) => this.store(j.key, j.sig, j.graph.id, res.children[i]));
+      }));
     }
     return this.compose(roots, openSet, computed, performance.now() - t0);
   }
 
-  private async layoutScope(key: string, sig: string, openSet: Set<string>): Promise<void> {
+  /** The ELK graph of scope `key` (ids prefixed with `pre`), or null when it holds nothing drawn. */
+  private scopeGraph(key: string, pre: string, openSet: Set<string>): any {
     const g = this.g;
     const ix = g.index.get(key)!;
     const refs: string[] = [];
     const order = (r: string) => (r[0] === 'n' ? Number(g.nodes[Number(r.slice(1))][5]) : g.firstOrder.get(r.slice(1)) ?? 0);
     for (const n of ix.nodes) refs.push(`n${n}`);
     for (const s of ix.scopes) if (g.index.get(s)!.nodes.length || g.index.get(s)!.scopes.length) refs.push(`s${s}`);
+    if (!refs.length) return null;
     refs.sort((a, b) => order(a) - order(b));
     const present = new Set(refs);
     const children: any[] = [];
-    if (ix.ins.size) children.push({ id: '__in', width: PORT * 2, height: PORT, layoutOptions: { 'elk.layered.layering.layerConstraint': 'FIRST_SEPARATE' } });
+    const first = { 'elk.layered.layering.layerConstraint': 'FIRST_SEPARATE' };
+    const last = { 'elk.layered.layering.layerConstraint': 'LAST_SEPARATE' };
+    if (ix.ins.size) children.push({ id: `${pre}__in`, width: PORT * 2, height: PORT, layoutOptions: first });
     for (const r of refs) {
       const [w, h] = this.sizeOf(r, openSet);
-      children.push({ id: r, width: w, height: h });
+      children.push({ id: pre + r, width: w, height: h });
     }
-    if (ix.outs.size) children.push({ id: '__out', width: PORT * 2, height: PORT, layoutOptions: { 'elk.layered.layering.layerConstraint': 'LAST_SEPARATE' } });
+    if (ix.outs.size) children.push({ id: `${pre}__out`, width: PORT * 2, height: PORT, layoutOptions: last });
     const edges: any[] = [];
     let i = 0;
-    for (const [a, b] of ix.edges.values()) if (present.has(a) && present.has(b)) edges.push({ id: `e${i++}`, sources: [a], targets: [b] });
-    for (const c of ix.ins) if (present.has(c)) edges.push({ id: `e${i++}`, sources: ['__in'], targets: [c] });
-    for (const c of ix.outs) if (present.has(c)) edges.push({ id: `e${i++}`, sources: [c], targets: ['__out'] });
+    const edge = (a: string, b: string) => edges.push({ id: `${pre}e${i++}`, sources: [pre + a], targets: [pre + b] });
+    for (const [a, b] of ix.edges.values()) if (present.has(a) && present.has(b)) edge(a, b);
+    for (const c of ix.ins) if (present.has(c)) edge('__in', c);
+    for (const c of ix.outs) if (present.has(c)) edge(c, '__out');
     const options = { ...LAYOUT_OPTIONS };
     if (children.length > 300) options['elk.layered.thoroughness'] = '2';
-    let res: any;
-    if (!children.length) res = { width: 120, height: HEADER + 20, children: [], edges: [] };
-    else res = await getElk().layout({ id: 'root', layoutOptions: options, children, edges });
+    return { id: `${pre}root`, layoutOptions: options, children, edges };
+  }
+
+  /** Keep ELK's result `res` for scope `key` (child ids without their prefix). */
+  private store(key: string, sig: string, rootId: string, res: any): void {
+    const cut = rootId ? rootId.length - 'root'.length : 0;
+    const strip = (id: string) => id.slice(cut);
     const pos = new Map<string, Rect>();
-    for (const c of res.children ?? []) pos.set(c.id, { x: c.x, y: c.y, w: c.width, h: c.height });
+    for (const c of res.children ?? []) pos.set(strip(c.id), { x: c.x, y: c.y, w: c.width, h: c.height });
     const out: ScopeLayout['edges'] = [];
     for (const e of res.edges ?? []) {
       const s = e.sections?.[0];
@@ -208,9 +229,9 @@ export class Layouts {
       const pts = [s.startPoint.x, s.startPoint.y];
       for (const p of s.bendPoints ?? []) pts.push(p.x, p.y);
       pts.push(s.endPoint.x, s.endPoint.y);
-      out.push({ a: e.sources[0], b: e.targets[0], pts });
+      out.push({ a: strip(e.sources[0]), b: strip(e.targets[0]), pts });
     }
-    const label = g.scopes.get(key)?.[2] ?? key;
+    const label = this.g.scopes.get(key)?.[2] ?? key;
     const w = Math.max(res.width, textWidth(label, BOX_FONT) + 60);
     this.cache.set(key, { sig, w, h: res.height, pos, edges: out });
   }
