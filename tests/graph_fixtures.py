@@ -3,14 +3,14 @@ harness page that draws them with ``nbdebugUI.renderStatic`` in Chromium.
 
 Graphs: :func:`residual` (one pre-norm residual block with LayerNorm: the skip edge must go beside
 the branch), :func:`gpt2` (a GPT-2-like model, forward / backward / optimizer grouped per parameter,
-~1.5k nodes at 6 layers) and :func:`synthetic` (``n`` nodes in nested scopes: stages → blocks →
+~1.7k nodes at 6 layers) and :func:`synthetic` (``n`` nodes in nested scopes: stages → blocks →
 attn/mlp/norm → core).
 
 >>> g = residual()
 >>> msg = g.message()
 >>> msg["type"], len(msg["nodes"]) == len(g.nodes), msg["scopes"][0][0]
 ('graph', True, 'forward:')
->>> 1400 < len(gpt2().nodes) < 1600
+>>> 1600 < len(gpt2().nodes) < 1800
 True
 """
 
@@ -149,7 +149,10 @@ def gpt2(layers: int = 6) -> GraphBuilder:
         kt = op(f"{b}/attn", "transpose", "transpose", (k,), "8×12×64×64")
         s = op(f"{b}/attn", "matmul", "matmul", (q, kt), "8×12×64×64")
         s = op(f"{b}/attn", "div", "Tensor.__truediv__", (s,), "8×12×64×64")
-        s = op(f"{b}/attn", "masked_fill", "where", (s,), "8×12×64×64")
+        n_ctx = op(f"{b}/attn", "size", "size", (k,), "")
+        bias = op(f"{b}/attn", "bias slice", "getitem", (n_ctx,), "1×1×64×64")
+        mask = op(f"{b}/attn", "to bool", "to", (bias,), "1×1×64×64")
+        s = op(f"{b}/attn", "masked_fill", "where", (s, mask), "8×12×64×64")
         s = op(f"{b}/attn", "softmax", "softmax", (s,), "8×12×64×64")
         s = op(f"{b}/attn/attn_dropout", "Dropout", "dropout", (s,), "8×12×64×64")
         a = op(f"{b}/attn", "matmul", "matmul", (s, v), "8×12×64×64")
@@ -165,7 +168,14 @@ def gpt2(layers: int = 6) -> GraphBuilder:
         m = op(f"{b}/mlp/c_fc", "Conv1D", "addmm", (ln2,), "8×64×3072")
         param(f"{b}/mlp/c_fc", "weight", m)
         param(f"{b}/mlp/c_fc", "bias", m)
-        m = op(f"{b}/mlp/act", "NewGELU", "gelu", (m,), "8×64×3072")
+        x3 = op(f"{b}/mlp/act", "pow", "Tensor.__pow__", (m,), "8×64×3072")
+        t = op(f"{b}/mlp/act", "mul", "Tensor.__mul__", (x3,), "8×64×3072")
+        t = op(f"{b}/mlp/act", "add", "Tensor.__add__", (m, t), "8×64×3072")
+        t = op(f"{b}/mlp/act", "mul", "Tensor.__mul__", (t,), "8×64×3072")
+        t = op(f"{b}/mlp/act", "tanh", "tanh", (t,), "8×64×3072")
+        t = op(f"{b}/mlp/act", "add", "Tensor.__add__", (t,), "8×64×3072")
+        half = op(f"{b}/mlp/act", "mul", "Tensor.__mul__", (m,), "8×64×3072")
+        m = op(f"{b}/mlp/act", "mul", "Tensor.__mul__", (half, t), "8×64×3072")
         m = op(f"{b}/mlp/c_proj", "Conv1D", "addmm", (m,))
         param(f"{b}/mlp/c_proj", "weight", m)
         param(f"{b}/mlp/c_proj", "bias", m)
@@ -207,7 +217,7 @@ def gpt2(layers: int = 6) -> GraphBuilder:
                  ("addcmul", "exp_avg_sq.addcmul_"), ("div", "bias_correction"), ("sqrt", "denom.sqrt"),
                  ("add", "denom.add_"), ("div", "step_size"), ("addcdiv", "param.addcdiv_"), ("mul", "weight_decay"),
                  ("sub", "param.sub_"), ("add", "step.add_")]
-        last = gr
+        last = g.node(f"{name}.zero_grad", "zero_grad", "optimizer", sc, "zero_", g.nodes[p][6], inputs=(gr,))
         for j, (kind, lab) in enumerate(chain):
             o = g.node(f"{name}.adamw.{j}", lab, "optimizer", sc, kind, g.nodes[p][6], inputs=(last,))
             if j in (3, 8):

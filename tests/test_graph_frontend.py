@@ -359,3 +359,41 @@ def test_timings_within_loose_bounds(page):
     assert ex["visible_after"] > ex["visible_before"] and ex["expand_ms"] < 900
     pan = b.pan_frames(page, 5000, steps=30)
     assert pan["median_ms"] < 50
+
+
+def test_protocol_messages_hover_click_commands_marks_and_status(page):
+    g = fx.gpt2()
+    page.evaluate(SCRIPTED, g.message(rev=1))
+    canvas = page.locator("#g canvas.ng-main").bounding_box()
+    sb = page.evaluate(f"() => {G}.screenBox('input_ids')")
+    page.mouse.move(canvas["x"] + sb["x"] + sb["w"] / 2, canvas["y"] + sb["y"] + sb["h"] / 2)
+    page.wait_for_selector("#g .ng-card", state="visible")
+    page.evaluate("() => window.model.emit({type: 'card', name: 'input_ids', rows: [['max', '0.389687'], ['nan', '0']]})")
+    assert "0.389687" in page.inner_text("#g .ng-card")
+    page.mouse.click(canvas["x"] + sb["x"] + sb["w"] / 2, canvas["y"] + sb["y"] + sb["h"] / 2)
+    sent = page.evaluate("() => window.model.sent")
+    assert {"type": "hover", "name": "input_ids"} in sent and {"type": "click", "name": "input_ids"} in sent
+    # the kernel's reveal command opens the scopes, selects and centres
+    name = next(n for n in g.ids if n.startswith("transformer.h.5.mlp.act"))
+    page.evaluate("(n) => window.model.emit({type: 'command', action: 'reveal', name: n})", name)
+    page.evaluate(f"() => {G}.idle()")
+    assert page.evaluate(f"() => {G}.traits().selected") == name
+    assert page.evaluate(f"(n) => {G}.nodeBox(n)", name) is not None
+    page.evaluate("() => window.model.emit({type: 'command', action: 'fit'})")
+    cam = page.evaluate(f"() => {G}.camera()")
+    assert cam["k"] < 0.5  # the whole (tall) forward section fits
+    # marks replace the previous ones
+    i = g.ids[name]
+    page.evaluate("(i) => window.model.emit({type: 'marks', badges: {[i]: 'NAN'}, paused: i, error: -1, path: []})", i)
+    page.evaluate("() => window.model.emit({type: 'command', action: 'fit-selection'})")
+    assert [b["text"] for b in page.evaluate(f"() => {G}.badgeBoxes()")] == ["NAN"]
+    page.evaluate("() => window.model.emit({type: 'marks', badges: {}, paused: -1, error: -1, path: []})")
+    page.evaluate(f"() => {G}.frame()")
+    assert page.evaluate(f"() => {G}.badgeBoxes()") == []
+    # the kernel changes traits: the view follows
+    page.evaluate("() => window.model.set('sections', ['forward', 'backward'])")
+    page.evaluate(f"() => {G}.idle()")
+    assert "backward:" in page.evaluate(f"() => {G}.scopes()")
+    page.evaluate("() => window.model.set('status', 'closed')")
+    assert "closed" in page.inner_text("#g .ng-status")
+    shot(page, "protocol")
