@@ -368,7 +368,8 @@ def test_protocol_messages_hover_click_commands_marks_and_status(page):
     sb = page.evaluate(f"() => {G}.screenBox('input_ids')")
     page.mouse.move(canvas["x"] + sb["x"] + sb["w"] / 2, canvas["y"] + sb["y"] + sb["h"] / 2)
     page.wait_for_selector("#g .ng-card", state="visible")
-    page.evaluate("() => window.model.emit({type: 'card', name: 'input_ids', rows: [['max', '0.389687'], ['nan', '0']]})")
+    page.evaluate("() => window.model.emit({type: 'card', name: 'input_ids', "
+                  "rows: [['max', '0.389687'], ['nan', '0']]})")
     assert "0.389687" in page.inner_text("#g .ng-card")
     page.mouse.click(canvas["x"] + sb["x"] + sb["w"] / 2, canvas["y"] + sb["y"] + sb["h"] / 2)
     sent = page.evaluate("() => window.model.sent")
