@@ -269,6 +269,21 @@ def synthetic(n: int) -> GraphBuilder:
     return g
 
 
+def flat(n: int) -> GraphBuilder:
+    """One scope of ``n`` ops (more than ELK lays out in time: layout-fast.ts takes it): a chain of
+    linear/relu/add/mul/softmax with a skip edge around every five."""
+    g = GraphBuilder()
+    ids = [g.node("input", "input", "input", "forward:", "input")]
+    for i in range(n):
+        ins = (ids[-1], ids[-5]) if i % 5 == 4 and len(ids) > 5 else (ids[-1],)
+        ids.append(g.node(f"big.op{i}", ("linear", "relu", "add", "mul", "softmax")[i % 5], "op", "forward:big",
+                          inputs=ins))
+        if i % 50 == 0:
+            g.edge(g.node(f"big.param{i}", "weight", "parameter", "forward:big", "parameter"), ids[-1])
+    g.node("output", "output", "op", "forward:", "identity", inputs=(ids[-1],))
+    return g
+
+
 # -- the harness page ------------------------------------------------------------------------------------
 HARNESS = """<!doctype html><html><head><meta charset="utf-8"><title>nbdebug graph harness</title>
 <link rel="icon" href="data:,"></head>

@@ -398,3 +398,37 @@ def test_protocol_messages_hover_click_commands_marks_and_status(page):
     page.evaluate("() => window.model.set('status', 'closed')")
     assert "closed" in page.inner_text("#g .ng-status")
     shot(page, "protocol")
+
+
+def test_a_big_flat_scope_opens_fast_with_edges_beside_the_nodes(page):
+    """Scopes of more than 300 direct children take the fast layered layout (layout-fast.ts)."""
+    g = fx.flat(1900)
+    fx.draw(page, g.widget())
+    ms = page.evaluate(f"async () => {{ const t = performance.now(); await {G}.expand('forward:big'); "
+                       "return performance.now() - t; }")
+    assert stats(page)["visibleNodes"] >= 1900
+    assert ms < 900, ms  # target 300 ms; 3x on the shared machine
+    boxes = page.evaluate(f"() => {G}.nodeBoxes()")
+    edges = page.evaluate(f"() => {G}.edgePaths()")
+    # a window of the graph: its nodes never overlap and no edge runs through a node it does not touch
+    window = {k: b for k, b in boxes.items() if b["y"] < boxes["big.op150"]["y"]}
+    assert len(window) > 100
+    items = sorted(window.items(), key=lambda kv: kv[1]["y"])
+    for i, (na, a) in enumerate(items):
+        for nb, b in items[i + 1:i + 12]:
+            assert not (a["x"] < b["x"] + b["w"] and b["x"] < a["x"] + a["w"] and a["y"] < b["y"] + b["h"]
+                        and b["y"] < a["y"] + a["h"]), (na, nb)
+    crossing = []
+    for e in edges:
+        if e["a"] not in window and e["b"] not in window:
+            continue
+        for p, q in zip(e["pts"], e["pts"][1:], strict=False):
+            for name, r in window.items():
+                if name not in (e["a"], e["b"]) and _segment_hits_rect(p, q, r, shrink=1.5):
+                    crossing.append((e["a"], e["b"], name))
+    assert crossing == []
+    # skip edges (every fifth op reads the op five back) exist and are drawn
+    assert any(e["a"] == "big.op4" and e["b"] == "big.op9" and len(e["pts"]) > 2 for e in edges)
+    page.evaluate("(n) => document.getElementById('g').nbdebugGraph.reveal(n)", "big.op40")
+    assert overlaps(page.evaluate(f"() => {G}.labelBoxes()")) == []
+    shot(page, "flat_1900")

@@ -19,6 +19,8 @@
  * - `expand(key)`, `collapse(key)`, `reveal(name)`, `fit()`, `fitSelection()`: Promises that resolve
  *   when the view has been laid out and drawn again;
  * - `zoom(k)` (multiply at the centre), `pan(dx, dy)` (CSS px), `frame()`: draw now, returns ms;
+ * - `nodeBoxes()`: `{name: box}` of every node drawn; `edgePaths()`: `[{a, b, pts}]` of every edge drawn
+ *   (`a`/`b`: node names, or `s<scope key>` / `in:<key>` / `out:<key>` for boxes and ports);
  * - `scopes()`: the keys of the scope boxes and frames drawn; `traits()`: `{expanded, selected, sections}`;
  * - `camera()`: `{k, tx, ty, W, H}` (screen = graph × k + t); `click(x, y)`: a click at canvas px.
  */
@@ -661,6 +663,17 @@ class GraphView {
         const { k, tx, ty } = this.cam;
         return { x: it.x * k + tx, y: it.y * k + ty, w: it.w * k, h: it.h * k, open: it.kind === 'frame' };
       },
+      nodeBoxes: () => {
+        const out: Record<string, Rect> = {};
+        for (const it of this.scene?.items ?? []) if (it.kind === 'node') out[d().nodes[it.id][0]] = { x: it.x, y: it.y, w: it.w, h: it.h };
+        return out;
+      },
+      edgePaths: () => (this.scene?.edges ?? []).map(e => {
+        const name = (r: string) => (r[0] === 'n' ? d().nodes[Number(r.slice(1))][0] : r);
+        const pts: [number, number][] = [];
+        for (let i = 0; i < e.pts.length; i += 2) pts.push([e.pts[i], e.pts[i + 1]]);
+        return { a: name(e.a), b: name(e.b), pts };
+      }),
       scopes: () => (this.scene?.items ?? []).filter(i => i.kind === 'box' || i.kind === 'frame').map(i => i.key),
       expand: (key: string) => this.toggle(key, true),
       collapse: (key: string) => this.toggle(key, false),

@@ -11,6 +11,10 @@
 import ELKApi from 'elkjs/lib/elk-api.js';
 import workerSource from 'elk-worker-source';
 import { GraphData } from './graph-data';
+import { fastLayered } from './layout-fast';
+
+/** Scopes with more direct children than this are laid out by layout-fast.ts (ELK: ~1 s per 1,000). */
+export const FAST_ABOVE = 300;
 
 export const NODE_H = 28;
 export const BOX_H = 44;
@@ -114,6 +118,17 @@ const LAYOUT_OPTIONS: Record<string, string> = {
   'elk.padding': `[top=${HEADER + 6},left=${PAD},bottom=${PAD},right=${PAD}]`
 };
 
+/** layout-fast.ts on an ELK graph (the same input, the same shape of result). */
+function fast(graph: any): any {
+  const layer = (c: any) => {
+    const v = c.layoutOptions?.['elk.layered.layering.layerConstraint'];
+    return v === 'FIRST_SEPARATE' ? 'first' : v === 'LAST_SEPARATE' ? 'last' : undefined;
+  };
+  return fastLayered(graph.children.map((c: any) => ({ id: c.id, width: c.width, height: c.height, layer: layer(c) })),
+    graph.edges.map((e: any) => ({ id: e.id, source: e.sources[0], target: e.targets[0] })),
+    { top: HEADER + 6, left: PAD, bottom: PAD, right: PAD });
+}
+
 export class Layouts {
   private cache = new Map<string, ScopeLayout>();
   constructor(private g: GraphData) {}
@@ -172,7 +187,8 @@ export class Layouts {
       }
       // one ELK call per worker for the whole depth: each scope a compound child of a root that
       // stays where it is ('fixed'); ELK lays out each child's content on its own (SEPARATE_CHILDREN)
-      const big = jobs.filter(j => j.graph.children.length > 150);
+      for (const j of jobs) if (j.graph.children.length > FAST_ABOVE) this.store(j.key, j.sig, j.graph.id, fast(j.graph));
+      const big = jobs.filter(j => j.graph.children.length > 150 && j.graph.children.length <= FAST_ABOVE);
       const small = jobs.filter(j => j.graph.children.length <= 150);
       const batches: (typeof jobs)[] = big.map(j => [j]);
       const per = Math.max(1, Math.ceil(small.length / POOL));
