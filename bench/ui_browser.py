@@ -8,6 +8,8 @@ Each function takes a harness page (``tests/graph_fixtures.harness_page()``: the
   scopes collapsed (targets: 5k ≤ 1 s, 50k ≤ 3 s);
 * :func:`expand_scope`: time to open one scope (layout of that scope and its ancestors, then a frame),
   with the number of nodes visible after it (target ≤ 300 ms with ≤ 2k visible);
+* :func:`expand_flat`: the same for one scope of ~2k direct children (the fast layered layout);
+* :func:`expand_many`: a whole stage opened at once, nothing cached (the worst case, no target);
 * :func:`pan_frames`: frame times while panning (the canvas redrawn per step), median and worst.
 
 :func:`graph_timings` runs them all (the integrator adds the notebook measurements: time to first panel,
@@ -80,18 +82,40 @@ def expand_many(page: Any, n: int = 5000) -> dict[str, Any]:
     return out
 
 
-def pan_frames(page: Any, n: int = 5000, steps: int = 60) -> dict[str, Any]:
-    """Frame times while panning over a fully opened stage, fitted to the view (every item drawn)."""
-    g = fx.synthetic(n)
-    keys = [k for k in g.scopes if k == "forward:stage0" or k.startswith("forward:stage0/")]
-    fx.draw(page, g.widget(sections=["forward"], expanded=keys))
-    page.evaluate(f"() => {G}.fit()")  # every node on screen: the worst case for a frame
-    times = page.evaluate(f"""(steps) => {{ const out = [];
-        for (let i = 0; i < steps; i++) {{ const t = performance.now(); {G}.pan(i % 20 < 10 ? 25 : -25, 7);
-          out.push(performance.now() - t); }} return out; }}""", steps)
+def expand_flat(page: Any, n: int = 1900) -> dict[str, Any]:
+    """Open one scope of ``n`` direct children (the fast layered layout), ``n + 2`` nodes visible after."""
+    fx.draw(page, fx.flat(n).widget(sections=["forward"]))
+    ms = page.evaluate(f"""async () => {{ const t = performance.now(); await {G}.expand('forward:big');
+        return performance.now() - t; }}""")
     st = page.evaluate(f"() => {G}.stats()")
-    out = {"median_ms": statistics.median(times), "max_ms": max(times), "items": st["visibleItems"]}
-    print(f"graph pan frame time: median {out['median_ms']:.1f} ms, worst {out['max_ms']:.1f} ms "
+    out = {"expand_ms": ms, "visible_after": st["visibleNodes"]}
+    print(f"graph expand a flat scope: {ms:7.1f} ms ({st['visibleNodes']} nodes visible)")
+    return out
+
+
+def pan_frames(page: Any, n: int = 5000, steps: int = 60, flat: bool = False) -> dict[str, Any]:
+    """Frame times while panning over a fully opened stage (or a flat scope of ``n`` ops), fitted to the
+    view: every item drawn."""
+    if flat:
+        fx.draw(page, fx.flat(n).widget(sections=["forward"], expanded=["forward:big"]))
+    else:
+        g = fx.synthetic(n)
+        keys = [k for k in g.scopes if k == "forward:stage0" or k.startswith("forward:stage0/")]
+        fx.draw(page, g.widget(sections=["forward"], expanded=keys))
+    page.evaluate(f"() => {G}.fit()")  # every node on screen: the worst case for a frame
+    # draw: the JS time of one redraw; interval: between animation frames while panning every frame
+    # (includes rasterising; 16.7 ms is the display's pace)
+    times, intervals = page.evaluate(f"""async (steps) => {{ const out = [], gaps = [];
+        let last = await new Promise(requestAnimationFrame);
+        for (let i = 0; i < steps; i++) {{ const t = performance.now(); {G}.pan(i % 20 < 10 ? 25 : -25, 7);
+          out.push(performance.now() - t);
+          const now = await new Promise(requestAnimationFrame); gaps.push(now - last); last = now; }}
+        return [out, gaps]; }}""", steps)
+    st = page.evaluate(f"() => {G}.stats()")
+    out = {"median_ms": statistics.median(times), "max_ms": max(times), "items": st["visibleItems"],
+           "frame_interval_median_ms": statistics.median(intervals), "frame_interval_max_ms": max(intervals)}
+    print(f"graph pan: draw median {out['median_ms']:.1f} ms, worst {out['max_ms']:.1f} ms; frame interval median "
+          f"{out['frame_interval_median_ms']:.1f} ms, worst {out['frame_interval_max_ms']:.1f} ms "
           f"({st['visibleItems']} items laid out, {st['visibleNodes']} nodes)")
     return out
 
@@ -105,7 +129,9 @@ def graph_timings() -> dict[str, Any]:
             "open_50k": open_collapsed(page, 50000),
             "expand": expand_scope(page, 5000),
             "expand_many": expand_many(page, 5000),
+            "expand_flat": expand_flat(page, 1900),
             "pan": pan_frames(page, 5000),
+            "pan_flat": pan_frames(page, 1900, flat=True),
         }
         if page.errors:
             raise RuntimeError(f"page errors: {page.errors}")

@@ -27,7 +27,8 @@ export class GraphStore {
     this.seen.add(msg);
     switch (msg.type) {
       case 'graph':
-        if (this.data.loaded && Number(msg.rev) === this.data.rev) return;
+        // applied again even at the same rev (a kernel may start counting anew); scopes whose contents
+        // did not change keep their cached layouts (graph-data.ts versions)
         this.data.setGraph(msg);
         this.notify('graph', msg);
         break;
