@@ -273,9 +273,11 @@ export function draw(ctx: CanvasRenderingContext2D, inp: DrawInput): DrawOutput 
     } else {
       const fs = Math.max(12 * k, 9);
       if (HEADER * k < fs + 2) continue;
-      const toggle = '−';
-      const t = fit(`${toggle} ${label}`, BOX_FONT, fs / 12, f.w * k - 12);
-      if (!t) continue;
+      const toggle = '− ';
+      const tw = textWidth(toggle, BOX_FONT) * fs / 12;
+      const l = fit(label, BOX_FONT, fs / 12, f.w * k - 12 - tw);
+      if (!l) continue;
+      const t: [string, number] = [toggle + l[0], l[1] + tw];
       const r = { x: sx(f.x) + 8, y: sy(f.y + HEADER / 2) - fs / 2 - 1, w: t[1], h: fs + 2 };
       if (!grid.tryAdd(r, t[0])) continue;
       ctx.font = `bold ${fs}px sans-serif`;
