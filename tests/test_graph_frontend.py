@@ -432,3 +432,26 @@ def test_a_big_flat_scope_opens_fast_with_edges_beside_the_nodes(page):
     page.evaluate("(n) => document.getElementById('g').nbdebugGraph.reveal(n)", "big.op40")
     assert overlaps(page.evaluate(f"() => {G}.labelBoxes()")) == []
     shot(page, "flat_1900")
+
+
+def test_a_view_rendered_before_it_is_in_the_page_frames_itself_when_shown(page):
+    g = fx.residual()
+    res = page.evaluate("""async (data) => {
+        const el = document.createElement('div'); el.style.width = '900px';
+        const cleanup = nbdebugUI.renderStatic(el, data);
+        await el.nbdebugGraph.ready;
+        document.body.appendChild(el);
+        await new Promise(r => setTimeout(r, 300));
+        const api = el.nbdebugGraph, cam = api.camera();
+        const boxes = Object.keys(api.nodeBoxes()).map(n => api.screenBox(n));
+        cleanup(); el.remove();
+        return { W: cam.W, H: cam.H, boxes };
+    }""", g.widget(expanded=["forward:block"]))
+    assert 880 <= res["W"] <= 900
+    assert len(res["boxes"]) == len(g.nodes)
+    for b in res["boxes"]:
+        assert 0 <= b["x"] and b["x"] + b["w"] <= res["W"] and 0 <= b["y"] and b["y"] + b["h"] <= res["H"], b
+    # centred in the width it has now, not the width it guessed while out of the page
+    x0 = min(b["x"] for b in res["boxes"])
+    x1 = max(b["x"] + b["w"] for b in res["boxes"])
+    assert abs((x0 + x1) / 2 - res["W"] / 2) < 40, (x0, x1, res["W"])

@@ -93,6 +93,8 @@ class GraphView {
   private miniScale = 1;
   private miniOrigin = { x: 0, y: 0 };
   private pendingCenter: string | null = null;
+  private measured = false;
+  private userMoved = false;
 
   constructor(private model: WidgetModel, private el: HTMLElement) {
     ensureStyle();
@@ -277,6 +279,14 @@ class GraphView {
     this.canvas.style.height = `${H}px`;
     this.canvas.width = Math.round(W * this.dpr);
     this.canvas.height = Math.round(H * this.dpr);
+    // first drawn while not in the page (no width yet): frame it again now that it has one
+    const measured = this.root.clientWidth > 0;
+    if (measured && !this.measured && this.scene && !this.userMoved) {
+      const sel = this.selectedId();
+      if (sel >= 0 && representative(this.scene, this.store.data, sel)) this.fitSelection(false);
+      else this.initialView();
+    }
+    this.measured = this.measured || measured;
     this.frame();
   }
 
@@ -471,6 +481,7 @@ class GraphView {
       if (down) {
         if (Math.abs(x - down.x) + Math.abs(y - down.y) > 3) down.moved = true;
         if (down.moved) {
+          this.userMoved = true;
           this.cam.tx = down.tx + x - down.x;
           this.cam.ty = down.ty + y - down.y;
           this.setHover(null);
@@ -493,6 +504,7 @@ class GraphView {
     };
     const onWheel = (e: WheelEvent) => {
       e.preventDefault();
+      this.userMoved = true;
       const [x, y] = local(e);
       const dy = e.deltaMode === 1 ? e.deltaY * 16 : e.deltaY;
       this.zoomAt(Math.exp(-dy * 0.0015), x, y);
