@@ -455,3 +455,33 @@ def test_a_view_rendered_before_it_is_in_the_page_frames_itself_when_shown(page)
     x0 = min(b["x"] for b in res["boxes"])
     x1 = max(b["x"] + b["w"] for b in res["boxes"])
     assert abs((x0 + x1) / 2 - res["W"] / 2) < 40, (x0, x1, res["W"])
+
+
+def test_wheel_zooms_at_the_pointer_drag_pans_and_fit_buttons(page):
+    g = fx.gpt2()
+    fx.draw(page, g.widget(sections=["forward"], expanded=gpt2_open(g), selected="input_ids"))
+    canvas = page.locator("#g canvas.ng-main").bounding_box()
+    c0 = page.evaluate(f"() => {G}.camera()")
+    px, py = canvas["x"] + 300, canvas["y"] + 200
+    page.mouse.move(px, py)
+    page.mouse.wheel(0, -300)
+    page.wait_for_function(f"(k) => {G}.camera().k > k * 1.2", arg=c0["k"])
+    c1 = page.evaluate(f"() => {G}.camera()")
+    # the graph point under the pointer stays under it
+    wx0, wy0 = (300 - c0["tx"]) / c0["k"], (200 - c0["ty"]) / c0["k"]
+    assert abs(wx0 * c1["k"] + c1["tx"] - 300) < 1 and abs(wy0 * c1["k"] + c1["ty"] - 200) < 1
+    page.mouse.move(px, py)
+    page.mouse.down()
+    page.mouse.move(px + 120, py + 60, steps=5)
+    page.mouse.up()
+    c2 = page.evaluate(f"() => {G}.camera()")
+    assert abs(c2["tx"] - c1["tx"] - 120) < 1 and abs(c2["ty"] - c1["ty"] - 60) < 1
+    assert page.evaluate(f"() => {G}.traits().selected") == "input_ids"  # a drag is not a click
+    page.click("#g .ng-fit")
+    c3 = page.evaluate(f"() => {G}.camera()")
+    boxes = page.evaluate(f"() => Object.keys({G}.nodeBoxes()).map(n => {G}.screenBox(n))")
+    assert all(0 <= b["x"] and b["x"] + b["w"] <= c3["W"] and 0 <= b["y"] and b["y"] + b["h"] <= c3["H"] for b in boxes)
+    page.click("#g .ng-fitsel")
+    sb = page.evaluate(f"() => {G}.screenBox('input_ids')")
+    c4 = page.evaluate(f"() => {G}.camera()")
+    assert abs(sb["x"] + sb["w"] / 2 - c4["W"] / 2) < 2 and c4["k"] > c3["k"]
