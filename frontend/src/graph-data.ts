@@ -126,7 +126,11 @@ export class GraphData {
     const old = this.index;
     this.chains = new Map();
     this.byName = new Map();
-    this.nodes.forEach((r, i) => this.byName.set(r[0], i));
+    this.nodes.forEach((r, i) => {
+      this.byName.set(r[0], i);
+      if (!r[1]) r[1] = String(r[0]).split(/[./]/).filter(Boolean).pop() ?? String(r[0]); // no label: the name's tail
+    });
+    for (const [k, row] of this.scopes) if (!row[2]) row[2] = k.split(/[:/]/).filter(Boolean).pop() ?? k;
     // make sure every section root and every scope's parent exists
     for (const sec of SECTIONS) {
       const k = `${sec}:`;
