@@ -485,3 +485,17 @@ def test_wheel_zooms_at_the_pointer_drag_pans_and_fit_buttons(page):
     sb = page.evaluate(f"() => {G}.screenBox('input_ids')")
     c4 = page.evaluate(f"() => {G}.camera()")
     assert abs(sb["x"] + sb["w"] / 2 - c4["W"] / 2) < 2 and c4["k"] > c3["k"]
+
+
+def test_height_trait_and_rows_without_labels(page):
+    g = fx.residual()
+    msg = g.message(rev=1)
+    msg["nodes"][g.ids["block.act.GELU.0"]][1] = ""
+    page.evaluate(SCRIPTED, msg)
+    page.evaluate(f"() => {G}.reveal('block.act.GELU.0')")
+    assert "GELU.0" in [b["text"] for b in page.evaluate(f"() => {G}.labelBoxes()")]
+    h0 = page.locator("#g canvas.ng-main").bounding_box()["height"]
+    page.evaluate("() => window.model.set('height', 600)")
+    page.wait_for_function("(h) => document.querySelector('#g canvas.ng-main').getBoundingClientRect().height > h + 150",
+                           arg=h0)
+    assert page.evaluate(f"() => {G}.camera().H") > h0 + 150

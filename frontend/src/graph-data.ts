@@ -128,9 +128,9 @@ export class GraphData {
     this.byName = new Map();
     this.nodes.forEach((r, i) => {
       this.byName.set(r[0], i);
-      if (!r[1]) r[1] = String(r[0]).split(/[./]/).filter(Boolean).pop() ?? String(r[0]); // no label: the name's tail
+      if (!r[1]) r[1] = tail(String(r[0]));
     });
-    for (const [k, row] of this.scopes) if (!row[2]) row[2] = k.split(/[:/]/).filter(Boolean).pop() ?? k;
+    for (const [k, row] of this.scopes) if (!row[2]) row[2] = tail(k);
     // make sure every section root and every scope's parent exists
     for (const sec of SECTIONS) {
       const k = `${sec}:`;
@@ -192,4 +192,12 @@ function sameLabels(g: GraphData, o: ScopeIndex, s: ScopeIndex): boolean {
   for (let i = 0; i < s.scopes.length; i++) if (o.scopes[i] !== s.scopes[i]) return false;
   void g;
   return true;
+}
+
+/** A label for a row that has none: the name's last part ("GELU.0" of "block.act.GELU.0"). */
+function tail(name: string): string {
+  const parts = name.split(/[.:/]/).filter(Boolean);
+  if (!parts.length) return name;
+  const last = parts[parts.length - 1];
+  return /^\d+$/.test(last) && parts.length > 1 ? `${parts[parts.length - 2]}.${last}` : last;
 }
