@@ -496,6 +496,6 @@ def test_height_trait_and_rows_without_labels(page):
     assert "GELU.0" in [b["text"] for b in page.evaluate(f"() => {G}.labelBoxes()")]
     h0 = page.locator("#g canvas.ng-main").bounding_box()["height"]
     page.evaluate("() => window.model.set('height', 600)")
-    page.wait_for_function("(h) => document.querySelector('#g canvas.ng-main').getBoundingClientRect().height > h + 150",
-                           arg=h0)
+    page.wait_for_function(
+        "(h) => document.querySelector('#g canvas.ng-main').getBoundingClientRect().height > h + 150", arg=h0)
     assert page.evaluate(f"() => {G}.camera().H") > h0 + 150
