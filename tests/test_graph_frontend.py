@@ -269,6 +269,16 @@ def test_marks_badges_paused_ring_and_path(page):
         const px = ctx.getImageData(Math.round((b.x + b.w / 2) * d), Math.round((b.y + b.h + 4) * d), 1, 1).data;
         return [px[0], px[1], px[2]]; }""", sb)
     assert rgb[0] > 180 and rgb[1] < 90 and rgb[2] < 90, rgb
+    # the path's edge (input_ids → the scope holding the softmax) is drawn in orange
+    pts = page.evaluate(f"(n) => {G}.edgePath('input_ids', n)", g.nodes[soft][0])
+    cam = page.evaluate(f"() => {G}.camera()")
+    (x0, y0), (x1, y1) = pts[0], pts[1]
+    mx, my = ((x0 + x1) / 2) * cam["k"] + cam["tx"], ((y0 + y1) / 2) * cam["k"] + cam["ty"]
+    rgb = page.evaluate("""([x, y]) => { const c = document.querySelector('#g canvas.ng-main');
+        const d = window.devicePixelRatio || 1;
+        const px = c.getContext('2d').getImageData(Math.round(x * d), Math.round(y * d), 1, 1).data;
+        return [px[0], px[1], px[2]]; }""", [mx, my])
+    assert rgb[0] > 200 and 80 < rgb[1] < 170 and rgb[2] < 80, rgb
     shot(page, "marks")
     page.evaluate(f"() => {G}.reveal('{g.nodes[soft][0]}')")
     badges = page.evaluate(f"() => {G}.badgeBoxes()")
