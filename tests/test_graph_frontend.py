@@ -509,3 +509,22 @@ def test_height_trait_and_rows_without_labels(page):
     page.wait_for_function(
         "(h) => document.querySelector('#g canvas.ng-main').getBoundingClientRect().height > h + 150", arg=h0)
     assert page.evaluate(f"() => {G}.camera().H") > h0 + 150
+
+
+def test_opening_hundreds_of_scopes_at_once_takes_the_fast_layout(page):
+    """A saved state that opens 1,300 scopes of a 50k graph (ELK alone: ~15 s here)."""
+    g = fx.synthetic(50000)
+    keys = [k for k in g.scopes
+            if any(k == f"forward:stage{i}" or k.startswith(f"forward:stage{i}/") for i in range(3))]
+    r = fx.draw(page, g.widget(sections=["forward"], expanded=keys))
+    st = stats(page)
+    assert st["visibleNodes"] > 9000 and st["computedScopes"] > 1000
+    assert r["openMs"] < 3000, r
+    boxes = page.evaluate(f"() => {G}.nodeBoxes()")
+    items = sorted(boxes.items(), key=lambda kv: (kv[1]["y"], kv[1]["x"]))[:1500]
+    for i, (na, a) in enumerate(items):
+        for nb, b in items[i + 1:i + 20]:
+            assert not (a["x"] < b["x"] + b["w"] and b["x"] < a["x"] + a["w"] and a["y"] < b["y"] + b["h"]
+                        and b["y"] < a["y"] + a["h"]), (na, nb)
+    assert overlaps(page.evaluate(f"() => {G}.labelBoxes()")) == []
+    shot(page, "bulk_open_50k")

@@ -160,16 +160,18 @@ export function fastLayered(children: FastChild[], edges: FastEdge[], pad: { top
   }
   // isolated nodes in rows under the rest
   const width = Math.max(maxX - minX, 200);
-  let rx = 0, rowH = 0, ry = bottom + (out.length ? LAYER_GAP : 0);
+  let rx = 0, rowH = 0, ry = bottom + (out.length ? LAYER_GAP : 0), rowsW = 0;
   for (let v = 0; v < n; v++) {
     if (!isolated[v]) continue;
     const c = children[v];
     if (rx > 0 && rx + c.width > width) { rx = 0; ry += rowH + NODE_GAP; rowH = 0; }
     out.push({ id: c.id, x: pad.left + rx, y: ry, width: c.width, height: c.height });
+    rowsW = Math.max(rowsW, rx + c.width);
     rx += c.width + NODE_GAP;
     rowH = Math.max(rowH, c.height);
   }
   if (rowH) bottom = ry + rowH;
+  const contentW = Math.max(maxX - minX, rowsW);
   // edges: orthogonal, turning in the middle of the gaps between layers
   const resEdges: any[] = [];
   chains.forEach((chain, k) => {
@@ -192,5 +194,5 @@ export function fastLayered(children: FastChild[], edges: FastEdge[], pad: { top
     const [src, dst] = e.rev ? [children[e.b].id, children[e.a].id] : [children[e.a].id, children[e.b].id];
     resEdges.push({ id: e.id, sources: [src], targets: [dst], sections: [{ startPoint: simple[0], endPoint: simple[simple.length - 1], bendPoints: simple.slice(1, -1) }] });
   });
-  return { width: pad.left + (maxX - minX) + pad.right, height: bottom + pad.bottom, children: out, edges: resEdges };
+  return { width: pad.left + contentW + pad.right, height: bottom + pad.bottom, children: out, edges: resEdges };
 }

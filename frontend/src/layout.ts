@@ -6,7 +6,10 @@
  * goes through two port nodes, `__in` (first layer) and `__out` (last layer), so the connections
  * inside a box are routed too. Layouts are cached per scope against the scope's data version and
  * the sizes of its children; opening or closing a scope recomputes that scope and its ancestors only.
- * The visible sections (forward, backward, optimizer) are placed side by side.
+ * Scopes of one depth go to ELK in one call per worker (a small pool). Scopes of more than
+ * `FAST_ABOVE` children, and every scope of a run with more than `ELK_BUDGET` children to lay out
+ * in all (a saved state opening hundreds of scopes), take layout-fast.ts instead: ELK needs about
+ * 1 s per 1,000 nodes. The visible sections (forward, backward, optimizer) are placed side by side.
  */
 import ELKApi from 'elkjs/lib/elk-api.js';
 import workerSource from 'elk-worker-source';
@@ -15,6 +18,8 @@ import { fastLayered } from './layout-fast';
 
 /** Scopes with more direct children than this are laid out by layout-fast.ts (ELK: ~1 s per 1,000). */
 export const FAST_ABOVE = 300;
+/** When the scopes to lay out hold more children than this in all, they all take the fast layout. */
+export const ELK_BUDGET = 2500;
 
 export const NODE_H = 28;
 export const BOX_H = 44;
@@ -172,6 +177,14 @@ export class Layouts {
     for (const r of roots) walk(r, 0);
     const openSet = new Set<string>(levels.flat());
     const computed: string[] = [];
+    // opening many scopes at once (a saved state, a deep reveal in a big graph): ELK would take
+    // seconds, so everything to compute in this run takes the fast layout
+    let work = 0;
+    for (const k of openSet) if (!this.cache.has(k)) {
+      const ix = g.index.get(k)!;
+      work += ix.nodes.length + ix.scopes.length;
+    }
+    const allFast = work > ELK_BUDGET;
     for (let d = levels.length - 1; d >= 0; d--) {
       const jobs: { key: string; sig: string; graph: any }[] = [];
       for (const k of levels[d]) {
@@ -187,9 +200,10 @@ export class Layouts {
       }
       // one ELK call per worker for the whole depth: each scope a compound child of a root that
       // stays where it is ('fixed'); ELK lays out each child's content on its own (SEPARATE_CHILDREN)
-      for (const j of jobs) if (j.graph.children.length > FAST_ABOVE) this.store(j.key, j.sig, j.graph.id, fast(j.graph));
-      const big = jobs.filter(j => j.graph.children.length > 150 && j.graph.children.length <= FAST_ABOVE);
-      const small = jobs.filter(j => j.graph.children.length <= 150);
+      const isFast = (j: { graph: any }) => allFast || j.graph.children.length > FAST_ABOVE;
+      for (const j of jobs) if (isFast(j)) this.store(j.key, j.sig, j.graph.id, fast(j.graph));
+      const big = jobs.filter(j => !isFast(j) && j.graph.children.length > 150);
+      const small = jobs.filter(j => !isFast(j) && j.graph.children.length <= 150);
       const batches: (typeof jobs)[] = big.map(j => [j]);
       const per = Math.max(1, Math.ceil(small.length / POOL));
       for (let i = 0; i < small.length; i += per) batches.push(small.slice(i, i + per));
