@@ -10,7 +10,7 @@ import torch.nn as nn
 from conftest import Net, train_steps
 
 import nbdebug
-from nbdebug.ui.graph_data import key_chain
+from nbdebug.ui.graph_data import key_chain, optimizer_scope
 from nbdebug.ui.graph_view import GraphView
 from nbdebug.ui.panel import Panel
 
@@ -94,11 +94,16 @@ def test_optimizer_ops_are_grouped_per_parameter(trained):
             assert rows[n.name][3] == "optimizer:"  # the step wrapper updates every parameter
             continue
         (param,) = [p[len("Parameter."):] for p in g.predecessors(n.name) if p.startswith("Parameter.")]
-        assert rows[n.name][3] == f"optimizer:{param}"
-    groups = [r for r in msg["scopes"] if r[1] == "optimizer:"]
-    assert sorted(r[0] for r in groups) == sorted(f"optimizer:{p}" for p in PARAMS)
-    assert all(r[5] == 1 and r[2] == r[0][len("optimizer:"):] for r in groups)
-    assert next(r for r in msg["scopes"] if r[0] == "optimizer:")[5] == 7
+        assert rows[n.name][3] == f"optimizer:{optimizer_scope(param)}"
+    # one group per parameter, nested like the model's modules (block.lin.weight under block/)
+    scopes = {r[0]: r for r in msg["scopes"]}
+    leaves = [f"optimizer:{optimizer_scope(p)}" for p in PARAMS]
+    assert "optimizer:block/lin.weight" in leaves and scopes["optimizer:block"][1] == "optimizer:"
+    for key in leaves:
+        row = scopes[key]
+        assert row[5] == 1 and row[2] == key.rsplit("/", 1)[-1].removeprefix("optimizer:")
+        assert row[2].endswith((".weight", ".bias")) and "/" not in row[2]
+    assert scopes["optimizer:"][5] == 7
 
 
 def test_scope_counts_are_the_node_lists(panel):
@@ -421,9 +426,11 @@ def test_gpt2_graph_message_is_small_and_grouped():
               f"{len(msg['edges']) // 2} edges, graph message {size / 1e3:.0f} KB of JSON")
         assert len(msg["nodes"]) == len(dbg.graph) > 1500
         assert size < 1_000_000
-        params = {f"optimizer:{n}" for n, _ in model.named_parameters()}
-        groups = {r[0]: r[5] for r in msg["scopes"] if r[1] == "optimizer:"}
-        assert set(groups) == params
+        params = {f"optimizer:{optimizer_scope(n)}" for n, _ in model.named_parameters()}
+        scopes = {r[0]: r for r in msg["scopes"]}
+        groups = {k: scopes[k][5] for k in params}
+        assert {r[0] for r in msg["scopes"] if r[1] == "optimizer:"} == {"optimizer:transformer"}
+        assert scopes["optimizer:transformer/h/0/attn/c_attn.weight"][2] == "c_attn.weight"
         opt_total = next(r[5] for r in msg["scopes"] if r[0] == "optimizer:")
         top = sum(1 for r in msg["nodes"] if r[3] == "optimizer:")
         assert top <= 2 and sum(groups.values()) + top == opt_total > 900
@@ -433,7 +440,7 @@ def test_gpt2_graph_message_is_small_and_grouped():
         from nbdebug.ui.node_list import NodeList
 
         nl = NodeList(gv.source)
-        nl.expanded.update(r[0] for r in msg["scopes"])
+        nl.expanded.update(r[0] for r in msg["scopes"] if r[0] not in params)  # every scope row, few node rows
         shown = {}
         for section in ("forward", "backward", "optimizer"):  # one at a time: under the list's 1000 rows
             nl.section.value = section

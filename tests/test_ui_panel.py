@@ -125,7 +125,8 @@ def test_panel_drives_real_training(live):
     assert panel.selected == RELU
     gv = panel.graph_view
     sent_marks = next(m for m in gv.widget.recorded() if m["type"] == "marks")
-    assert sent_marks["badges"] == {str(gv.feed.ids[RELU]): "TL"} and sent_marks["step"] == f"step {panel.header.step.value}"
+    assert sent_marks["badges"] == {str(gv.feed.ids[RELU]): "TL"}
+    assert sent_marks["step"] == f"step {panel.header.step.value}"  # one step convention with the header
 
     # View: the tensor view on the hit's tensor; slice changes update the heatmap data
     view_btn.click()

@@ -22,6 +22,7 @@ True
 from __future__ import annotations
 
 import base64
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -80,6 +81,12 @@ class FrontendWidget(anywidget.AnyWidget):
     view = t.Unicode("graph").tag(sync=True)
     height = t.Int(420).tag(sync=True)
     status = t.Unicode("live").tag(sync=True)
+    #: unique per widget: every view of it in the page shares one cache of the data it was sent
+    uid = t.Unicode().tag(sync=True)
+
+    @t.default("uid")
+    def _uid(self) -> str:
+        return uuid.uuid4().hex
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)

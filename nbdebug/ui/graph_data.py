@@ -208,6 +208,17 @@ def optimizer_params(graph: Any) -> dict[str, str]:
     return {n.name: out.get(n.name, "") for n in opt}
 
 
+def optimizer_scope(param: str) -> str:
+    """The optimizer-section scope of a parameter's ops: nested like the model's modules, the parameter's
+    own group last (labelled ``module.param``), so a large model's optimizer reads like its forward.
+
+    >>> optimizer_scope("transformer.h.0.attn.c_attn.weight"), optimizer_scope("fc1.weight"), optimizer_scope("")
+    ('transformer/h/0/attn/c_attn.weight', 'fc1.weight', '')
+    """
+    parts = param.replace("/", "∕").split(".")
+    return "/".join(parts[:-2] + [".".join(parts[-2:])]) if len(parts) > 2 else ".".join(parts)
+
+
 def _module_scope_key(node: Any) -> str | None:
     """``Module.a.b.Linear.forward.0`` → ``"forward:a/b"`` (the scope its module's ops sit in)."""
     parts = node.name.split(".")
@@ -225,8 +236,7 @@ class ScopeIndex:
         self.key_of: dict[str, str] = {}
         for n in nodes:
             if n.section == "optimizer":
-                p = opt.get(n.name, "").replace("/", "∕")
-                self.key_of[n.name] = f"optimizer:{p}"
+                self.key_of[n.name] = f"optimizer:{optimizer_scope(opt.get(n.name, ''))}"
             else:
                 scope = "/".join(n.scope_path)
                 self.key_of[n.name] = f"{n.section}:{scope}"
