@@ -28,6 +28,7 @@ it "current" for every view (graph, node list, details, hits, tensor view); its 
 from __future__ import annotations
 
 import html
+import time
 import traceback
 import weakref
 from typing import Any
@@ -40,6 +41,7 @@ from .graph_view import GraphView
 from .header import Header
 from .hits import HitList
 from .node_list import NodeList
+from .snapshot import HIDE_RULE, snapshot_html
 from .source import EVENTS, SourceView
 from .tensor_view import TensorView
 from .throttle import _AUTO, Coalescer
@@ -55,6 +57,8 @@ PARTS: dict[str, tuple[str, ...]] = {
 }
 ALL_PARTS = ("header", "controls", "graph", "nodes", "details", "hits", "watch", "tensor")
 POLL_SECONDS = 1.0
+#: the static snapshot beside a displayed panel is rewritten at most this often
+SNAPSHOT_SECONDS = 2.0
 
 _ASKED: weakref.WeakSet[Any] = weakref.WeakSet()  # sources that were offered the recommended watchpoints
 _ASKED_IDS: set[int] = set()
@@ -96,6 +100,11 @@ class Panel(w.VBox):
         self.tensor_view = TensorView(src, on_select=self.select)
         self.error = w.HTML("")
         self.error.add_class("nbdebug-panel-error")
+        # While this widget is drawn, the static snapshot displayed after it is hidden (see ui.snapshot)
+        self._hide_snapshot = w.HTML(f"<style>{HIDE_RULE}</style>", layout=w.Layout(display="none"))
+        self._snapshots: list[Any] = []  # display handles of the static snapshots of this panel
+        self._snapshot_at = 0.0
+        self._snapshot_due = False
         self.refresh_button = w.Button(description="↻", tooltip="refresh the panel", layout=w.Layout(width="36px"))
         self.refresh_button.add_class("nbdebug-refresh")
         self.refresh_button.on_click(lambda _b: self.refresh())
@@ -110,7 +119,7 @@ class Panel(w.VBox):
             w.HBox([self.header.widget]
                    + ([self.step_select] if self.step_select is not None else []) + [self.refresh_button],
                    layout=w.Layout(justify_content="space-between", align_items="center")),
-            self.recommend_bar, w.HBox([left, right]), self.tensor_view.widget, self.error,
+            self.recommend_bar, w.HBox([left, right]), self.tensor_view.widget, self.error, self._hide_snapshot,
         ])
         self.add_class("nbdebug-panel")
         self.add_class("nbdebug-live" if src.live else "nbdebug-offline")
@@ -151,6 +160,34 @@ class Panel(w.VBox):
         self._sig = self._signature()
         if "header" in parts:
             self._show_failure()
+        if parts & {"header", "hits", "watch"}:
+            self._snapshot_due = True
+            self.update_snapshot()
+
+    # -- the static snapshot (a saved notebook without a kernel) ---------------------------------------
+    def _ipython_display_(self, **kwargs: Any) -> None:
+        """Display the widget and, after it, its static snapshot (kept current; hidden while the widget is
+        drawn), so a saved notebook shows the panel's last state without a kernel."""
+        from IPython.display import HTML, display
+
+        display(self._repr_mimebundle_(**kwargs), raw=True)
+        self._snapshots.append(display(HTML(snapshot_html(self.source)), display_id=True))
+        self._snapshot_at = time.monotonic()
+        self._snapshot_due = False
+
+    def update_snapshot(self, force: bool = False) -> None:
+        """Rewrite the displayed snapshots (at most every :data:`SNAPSHOT_SECONDS`, unless ``force``)."""
+        if not self._snapshots or not (self._snapshot_due or force):
+            return
+        if not force and time.monotonic() - self._snapshot_at < SNAPSHOT_SECONDS:
+            return  # the poll loop comes back for it
+        from IPython.display import HTML
+
+        text = snapshot_html(self.source)
+        for handle in self._snapshots:
+            handle.update(HTML(text))
+        self._snapshot_at = time.monotonic()
+        self._snapshot_due = False
 
     def _show_failure(self) -> None:
         """After a failure, select the node that ran last (graph, node list and details show it), once."""
@@ -342,6 +379,7 @@ def _poll(ref: weakref.ref) -> None:
     if panel is None or panel._closed:
         return
     panel.poll()
+    panel.update_snapshot()
     loop = panel.coalescer.loop
     if loop is not None and not loop.is_closed():
         loop.call_later(POLL_SECONDS, _poll, ref)

@@ -21,6 +21,7 @@ from collections import defaultdict
 from typing import Any
 
 from .source import last_step
+from .tensor_math import node_stats, stat_texts
 
 #: nodes listed with statistics (the ones with hits first, then the latest in execution order)
 MAX_NODES = 40
@@ -29,7 +30,9 @@ HIDE_RULE = (".jp-OutputArea-child:has(.nbdebug-panel) + .jp-OutputArea-child:ha
              " .jp-OutputArea-child:has(.nbdebug-panel) ~ .jp-OutputArea-child:has(.nbdebug-snapshot)"
              " {display: none;}")
 
-_CELL = "padding:2px 8px;border-bottom:1px solid #ddd;text-align:left;font-family:monospace;font-size:12px"
+#: statistics columns, NaN-aware like node details and the tensor view
+SHOWN = ("max", "min", "mean", "nan_count", "pos_inf_count", "neg_inf_count")
+_TABLE = "border-collapse:collapse;font-family:monospace;font-size:12px"
 
 
 def _e(x: Any) -> str:
@@ -51,9 +54,9 @@ def _num(v: Any) -> str:
 
 
 def _table(head: list[str], rows: list[list[str]]) -> str:
-    th = "".join(f"<th style='{_CELL}'>{_e(h)}</th>" for h in head)
-    body = "".join("<tr>" + "".join(f"<td style='{_CELL}'>{c}</td>" for c in r) + "</tr>" for r in rows)
-    return f"<table style='border-collapse:collapse'><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
+    th = "".join(f"<th align='left'>{_e(h)}</th>" for h in head)
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in rows)
+    return (f"<table cellpadding='3' style='{_TABLE}'><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>")
 
 
 def _header(src: Any) -> str:
@@ -113,18 +116,17 @@ def _nodes(src: Any, first: list[str]) -> str:
     for name in names[:MAX_NODES]:
         node = src.graph.nodes[name]
         for slot in list(node.shapes)[:2] or ["output.0"]:
-            try:
-                st = src.stats(name, slot)
-            except Exception:  # noqa: BLE001 - a node without statistics this step is listed without them
+            st = node_stats(src, name, slot)  # what node details and the tensor view show
+            if "error" in st:
                 continue
-            rows.append([_e(name), _e(slot), _e(st.get("dtype", "")), _e(st.get("shape", "")),
-                         _num(st.get("max")), _num(st.get("min")), _num(st.get("mean")),
-                         _num(st.get("nan_count", 0)), _num(st.get("pos_inf_count", 0)),
-                         _num(st.get("neg_inf_count", 0))])
+            txt = stat_texts(st, SHOWN)
+            rows.append([_e(name), _e(slot), _e(node.dtypes.get(slot, "")), _e(node.shapes.get(slot, ""))]
+                        + [_e(txt[f]) for f in SHOWN])
     if not rows:
         return ""
     return ("<h4 style='margin:8px 0 4px'>Node statistics (current step)</h4>"
-            + _table(["node", "slot", "dtype", "shape", "max", "min", "mean", "NaN", "+Inf", "−Inf"], rows))
+            + _table(["node", "slot", "dtype", "shape", "max (finite)", "min (finite)", "mean (finite)", "NaN",
+                      "+Inf", "−Inf"], rows))
 
 
 def snapshot_html(src: Any) -> str:
