@@ -1,0 +1,189 @@
+"""Whole-model invariant: the value shown is the value used.
+
+Real architectures with random weights (an HF GPT-2 with tied weights built from a config, a residual +
+LayerNorm block, a CNN with BatchNorm in train mode and in-place ReLU, a bf16-autocast model trained with
+``GradScaler``), 3 AdamW steps at every level. For every (node, slot) of every step, either
+``dbg.tensor()`` returns a value whose statistics (the same NaN-aware reduction) are ``dbg.stats()``, or
+it raises :class:`NotRetainedError` with a reason. The losses are bitwise those of an undebugged run.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import nbdebug
+from nbdebug import NotRetainedError
+from nbdebug.frameworks.torch_stats import StatsBuffer
+from nbdebug.session.session import raw_to_fields
+from nbdebug.session.stats import FIELDS
+
+LEVELS = ("L0", "L1", "mix")
+STEPS = 3
+
+
+# -- models ---------------------------------------------------------------------------------------
+class ResidualLN(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 16)
+        self.ln = nn.LayerNorm(16)
+        self.head = nn.Linear(16, 4)
+
+    def forward(self, x):
+        h = self.fc(x)
+        return self.head(self.ln(h) + 0.5 * h)
+
+
+class SmallCNN(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.bn = nn.BatchNorm2d(4)
+        self.act = nn.ReLU(inplace=True)
+        self.conv2 = nn.Conv2d(4, 4, 3, padding=1)
+        self.bn2 = nn.BatchNorm2d(4)
+        self.fc = nn.Linear(4, 3)
+
+    def forward(self, x):
+        h = self.act(self.bn(self.conv(x)))
+        h = self.act(self.bn2(F.conv2d(h, self.conv2.weight, self.conv2.bias, padding=1)))
+        return self.fc(h.mean((2, 3)))
+
+
+class AmpMLP(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(8, 32)
+        self.act = nn.GELU()
+        self.fc2 = nn.Linear(32, 4)
+
+    def forward(self, x):
+        return self.fc2(self.act(self.fc1(x)))
+
+
+def gpt2():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    cfg = GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=64, n_positions=16, resid_pdrop=0.0,
+                     embd_pdrop=0.0, attn_pdrop=0.0)
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(cfg)
+    assert model.lm_head.weight is model.transformer.wte.weight  # tied
+    return model
+
+
+def build(kind: str):
+    """(model, batches, loss_fn(model, batch) -> loss, uses_scaler)."""
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(1)
+    if kind == "gpt2":
+        model = gpt2()
+        batches = [torch.randint(0, 64, (2, 8), generator=g) for _ in range(STEPS)]
+        return model, batches, lambda m, b: m(input_ids=b, labels=b).loss, False
+    if kind == "residual_ln":
+        model = ResidualLN()
+        batches = [(torch.randn(4, 8, generator=g), torch.randn(4, 4, generator=g)) for _ in range(STEPS)]
+        return model, batches, lambda m, b: F.mse_loss(m(b[0]), b[1]), False
+    if kind == "cnn_bn":
+        model = SmallCNN().train()
+        batches = [(torch.randn(4, 3, 6, 6, generator=g), torch.randint(0, 3, (4,), generator=g))
+                   for _ in range(STEPS)]
+        return model, batches, lambda m, b: F.cross_entropy(m(b[0]), b[1]), False
+    if kind == "amp_scaler":
+        model = AmpMLP()
+        batches = [(torch.randn(4, 8, generator=g), torch.randn(4, 4, generator=g)) for _ in range(STEPS)]
+
+        def loss_fn(m, b):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                out = m(b[0])
+            return F.mse_loss(out.float(), b[1])
+
+        return model, batches, loss_fn, True
+    raise ValueError(kind)
+
+
+MODELS = ("gpt2", "residual_ln", "cnn_bn", "amp_scaler")
+
+
+def train(model, batches, loss_fn, scaler: bool, after_step=None) -> list[float]:
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    sc = torch.amp.GradScaler("cpu", init_scale=2.0 ** 10) if scaler else None
+    losses = []
+    for i, b in enumerate(batches):
+        opt.zero_grad()
+        loss = loss_fn(model, b)
+        if sc is not None:
+            sc.scale(loss).backward()
+            sc.step(opt)
+            sc.update()
+        else:
+            loss.backward()
+            opt.step()
+        losses.append(loss.detach().clone())
+        if after_step is not None:
+            after_step(i)
+    return losses
+
+
+# -- the invariant ----------------------------------------------------------------------------------
+def reference_stats(arr: np.ndarray) -> np.ndarray:
+    """Our reduction applied to the retained value."""
+    buf = StatsBuffer()
+    t = torch.from_numpy(np.ascontiguousarray(arr))
+    row, _, _ = buf.add(t)
+    return raw_to_fields(buf.raw()[row:row + 1], np.asarray([float(arr.size)]))[0]
+
+
+def check_step(dbg, step: int) -> tuple[int, int]:
+    """Every (node, slot) of ``step``: stats == stats(tensor) or NotRetainedError with a reason."""
+    table = dbg.session.table(step)
+    retained = refused = 0
+    bad = []
+    for i, (node, slot) in enumerate(table.keys):
+        st = dbg.stats(node, slot, step=step)
+        try:
+            arr = dbg.tensor(node, slot, step=step)
+        except NotRetainedError as e:
+            assert str(e).strip(), (node, slot)
+            refused += 1
+            continue
+        retained += 1
+        assert tuple(arr.shape) == tuple(st["shape"]), (node, slot)
+        if st.get("unsupported"):
+            continue
+        want = table.values[i]
+        got = reference_stats(arr)
+        if not np.allclose(got, want, rtol=1e-5, atol=1e-6, equal_nan=True):
+            bad.append(f"{node} {slot}: stats {dict(zip(FIELDS, want.round(5)))} "
+                       f"tensor {dict(zip(FIELDS, got.round(5)))}")
+    assert not bad, f"step {step}: {len(bad)} slots whose tensor() is not the value of stats():\n" + \
+        "\n".join(bad[:10])
+    return retained, refused
+
+
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("kind", MODELS)
+def test_stats_describe_the_retained_value(kind, level):
+    model, batches, loss_fn, scaler = build(kind)
+    plain = copy.deepcopy(model)
+    want = train(plain, batches, loss_fn, scaler)
+    counts = []
+    with nbdebug.Debugger(model, level=level) as dbg:
+        def after(i):
+            counts.append(check_step(dbg, i))
+            if i:
+                check_step(dbg, i - 1)  # the previous step's values after one more step
+
+        got = train(model, batches, loss_fn, scaler, after)
+    for a, b in zip(got, want, strict=True):
+        assert torch.equal(a, b), (got, want)
+    assert all(r > 10 for r, _ in counts), counts
+    # the model is bitwise the undebugged one
+    for (n, a), (_, b) in zip(model.state_dict().items(), plain.state_dict().items(), strict=True):
+        assert torch.equal(a, b), n
