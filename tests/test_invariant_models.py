@@ -187,3 +187,40 @@ def test_stats_describe_the_retained_value(kind, level):
     # the model is bitwise the undebugged one
     for (n, a), (_, b) in zip(model.state_dict().items(), plain.state_dict().items(), strict=True):
         assert torch.equal(a, b), n
+
+
+@pytest.mark.parametrize("level", ["L1", "mix"])
+def test_batchnorm_running_stats_are_the_values_used(level):
+    """BatchNorm updates its running statistics in place without a version bump: the value the op read
+    is copied before the op runs, so it stays readable (and is not the updated one)."""
+    model, batches, loss_fn, _ = build("cnn_bn")
+    seen = []
+    with nbdebug.Debugger(model, level=level) as dbg:
+        def after(i):
+            seen.append((dbg.tensor("Constant.bn.running_mean", "output.0", step=i),
+                         dbg.tensor("Functional.batch_norm.0.forward", "input.2", step=i)))
+
+        before = [model.bn.running_mean.clone()]
+        train(model, batches, loss_fn, False, lambda i: (after(i), before.append(model.bn.running_mean.clone())))
+    for i, (mean, var_in) in enumerate(seen):
+        np.testing.assert_array_equal(mean, before[i].numpy())
+        assert not np.array_equal(mean, model.bn.running_mean.numpy())
+    np.testing.assert_array_equal(seen[0][1], np.ones(4, np.float32))  # running_var starts at 1
+
+
+def test_gradscaler_gradients_at_L0_are_exact_or_refused():
+    """``GradScaler.unscale_`` rewrites gradients without a version bump: at L0 the gradient the hook saw
+    (scaled) is gone; its statistics stay and ``tensor()`` says why it has no value."""
+    model, batches, loss_fn, _ = build("amp_scaler")
+    with nbdebug.Debugger(model, level="L0") as dbg:
+        errors = []
+
+        def after(i):
+            st = dbg.stats("Module.fc1.Linear.parameters_grad.0", "weight", step=i)
+            with pytest.raises(NotRetainedError, match="version counter") as e:
+                dbg.tensor("Module.fc1.Linear.parameters_grad.0", "weight", step=i)
+            errors.append((st["norm"], str(e.value)))
+
+        train(model, batches, loss_fn, True, after)
+    # the statistics are of the scaled gradient the hook saw (scale 2**10), not of the unscaled one
+    assert all(norm > float(model.fc1.weight.grad.norm()) * 100 for norm, _ in errors), errors

@@ -51,6 +51,31 @@ _SKIP_NAMES = frozenset({
 })
 
 
+# Ops that write into arguments other than the first without bumping their version counter:
+# (prefix, api) -> positions / keyword names of those arguments (copied before the op runs).
+_MUTATED_ARGS: dict[tuple[str, str], tuple[Any, ...]] = {
+    ("Functional", "batch_norm"): (1, 2, "running_mean", "running_var"),
+    ("Functional", "instance_norm"): (1, 2, "running_mean", "running_var"),
+    ("Torch", "batch_norm"): (3, 4, "running_mean", "running_var"),
+    ("Torch", "instance_norm"): (3, 4, "running_mean", "running_var"),
+    ("Torch", "_amp_foreach_non_finite_check_and_unscale_"): (1, "found_inf"),
+    ("Torch", "_amp_update_scale_"): (1, "growth_tracker"),
+}
+
+
+def mutated_args(info: tuple[str, str], args: tuple, kwargs: dict) -> list[torch.Tensor]:
+    """Tensors an op overwrites besides its first argument (BatchNorm running statistics ...)."""
+    where = _MUTATED_ARGS.get(info)
+    if where is None:
+        return []
+    out = []
+    for w in where:
+        t = args[w] if isinstance(w, int) and w < len(args) else kwargs.get(w) if isinstance(w, str) else None
+        if isinstance(t, torch.Tensor):
+            out.append(t)
+    return out
+
+
 def _api_prefix(func: Any) -> tuple[str, str] | None:
     """(msProbe prefix, api name) for a function seen by the mode, or None when not an op."""
     name = getattr(func, "__name__", None)
@@ -472,11 +497,14 @@ class TorchAdapter:
                                          stack=_user_stack, pair=f"{prefix}.{api}.{count}.backward")
                 for slot, t in _args_tensors(args, kwargs):
                     self._slot(node, slot, t, as_input=True)
-                if inplace:
-                    for _, t in _args_tensors(args[:1], kwargs.get("out") and {"out": kwargs["out"]}):
-                        seen = self._seen.get(id(t))
-                        if seen is not None and seen.handle is not None:
-                            seen.handle.snapshot()
+                targets = [t for _, t in _args_tensors(args[:1], kwargs.get("out") and {"out": kwargs["out"]})] \
+                    if inplace else []
+                if info in _MUTATED_ARGS:
+                    targets += mutated_args(info, args, kwargs)
+                for t in targets:
+                    seen = self._seen.get(id(t))
+                    if seen is not None and seen.handle is not None:
+                        seen.handle.snapshot()
         finally:
             self.busy = False
         out = func(*args, **kwargs)
