@@ -224,3 +224,45 @@ def test_gradscaler_gradients_at_L0_are_exact_or_refused():
         train(model, batches, loss_fn, True, after)
     # the statistics are of the scaled gradient the hook saw (scale 2**10), not of the unscaled one
     assert all(norm > float(model.fc1.weight.grad.norm()) * 100 for norm, _ in errors), errors
+
+
+class LNResidual(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.ln = nn.LayerNorm(4)
+        self.shape_only = ShapeOnly()
+
+    def forward(self, x):
+        h = self.fc(x)
+        return self.ln(h) + h + self.shape_only(h)
+
+
+class ShapeOnly(nn.Module):
+    """Uses its input for its shape only (like a rotary embedding): no gradient flows through it."""
+
+    def forward(self, x):
+        return torch.ones(x.shape[-1])
+
+
+@pytest.mark.parametrize("level", ["L0", "mix"])
+def test_module_backward_is_the_modules_share_of_the_gradient(level):
+    torch.manual_seed(0)
+    model = LNResidual()
+    x = torch.randn(3, 4)
+    got = {}
+    h = model.ln.register_full_backward_hook(lambda mod, gi, go: got.update(gi=gi[0].clone(), go=go[0].clone()))
+    model(x).pow(2).sum().backward()
+    h.remove()
+    model.zero_grad()
+    with nbdebug.Debugger(model, level=level) as dbg:
+        model(x).pow(2).sum().backward()
+        np.testing.assert_allclose(dbg.tensor("Module.ln.LayerNorm.backward.0", "output.0"), got["gi"].numpy(),
+                                   rtol=1e-6, atol=1e-8)
+        np.testing.assert_allclose(dbg.tensor("Module.ln.LayerNorm.backward.0", "input.0"), got["go"].numpy(),
+                                   rtol=1e-6, atol=1e-8)
+        assert "Module.shape_only.ShapeOnly.forward.0" in dbg.graph
+        assert "Module.shape_only.ShapeOnly.backward.0" not in dbg.graph  # no gradient path: no node
+        # the input's total gradient (residual included) is much larger than the module's share
+        total = dbg.tensor("Module.fc.Linear.backward.0", "input.0")
+        assert np.abs(total).sum() > 10 * np.abs(got["gi"].numpy()).sum()

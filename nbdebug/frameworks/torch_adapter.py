@@ -287,6 +287,8 @@ class TorchAdapter:
         self._opt_calls = 0
         self._pgrad_calls: dict[tuple[str, str], int] = {}
         self._pgrad_last: dict[str, tuple[str, str]] = {}
+        self._alias: dict[int, tuple[weakref.ref, torch.Tensor]] = {}
+        self._wrapped: dict[str, list[tuple[str, torch.Tensor]]] = {}
 
     def end_step(self) -> None:
         with self._lock:
@@ -437,6 +439,16 @@ class TorchAdapter:
 
     def _origin(self, t: torch.Tensor) -> tuple[str, str]:
         """A tensor nobody produced this step: a parameter, a buffer (constant) or an input."""
+        alias = self._alias.get(id(t))
+        if alias is not None and alias[0]() is t:  # a module's alias of its input: the input's origin
+            base = alias[1]
+            seen = self._seen.get(id(base))
+            if seen is not None and seen.producer is not None:
+                return seen.producer
+            producer = self._origin(base)
+            if seen is not None:
+                seen.producer = producer
+            return producer
         info = self._param_info.get(id(t))
         if info is not None and info[0]() is t:
             return self._param_node(t, info), "output.0"
@@ -575,11 +587,41 @@ class TorchAdapter:
                         pname = self._param_node(p, self._param_info[id(p)])
                         self._slot(node, f"parameters.{local}", p, as_input=False, copy=True)
                         self.session.graph.add_edge(pname, name, "output.0", f"parameters.{local}")
+                    if not inplace and torch.is_grad_enabled():
+                        return self._wrap_inputs(name, args, kwargs)
             finally:
                 self.busy = False
             return None
 
         return pre
+
+    def _wrap_inputs(self, name: str, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
+        """Give the module its own alias (a view) of each input that needs a gradient.
+
+        A hook on the input itself would see its *total* gradient (every consumer's share); a hook on
+        the module's alias sees the module's share only, which is what a full backward hook reports —
+        and never fires when no gradient flows through the module."""
+        wrapped: list[tuple[str, torch.Tensor]] = []
+
+        def wrap(slot: str, t: Any) -> Any:
+            if not isinstance(t, torch.Tensor) or not t.requires_grad:
+                return t
+            v = t.view_as(t)
+            base = self._seen.get(id(t))
+            if base is not None:
+                seen = _Seen(weakref.ref(v), v._version, base.row, base.dtype, base.why)
+                seen.handle, seen.producer = base.handle, base.producer
+                self._seen[id(v)] = seen
+            self._alias[id(v)] = (weakref.ref(v), t)
+            wrapped.append((slot, v))
+            return v
+
+        new_args = tuple(wrap(f"input.{i}", a) for i, a in enumerate(args))
+        new_kwargs = {k: wrap(f"input.{k}", v) for k, v in kwargs.items()} if kwargs else kwargs
+        if not wrapped:
+            return None
+        self._wrapped[name] = wrapped
+        return new_args, new_kwargs
 
     def _post_hook(self, want: bool) -> Callable:
         def post(mod, args, kwargs, output):
@@ -587,7 +629,7 @@ class TorchAdapter:
                 self._scope.pop()
             if not want or not self.capturing or self.busy:
                 return None
-            path, cls, leaf, _ = self._module_info[id(mod)]
+            path, cls, leaf, inplace = self._module_info[id(mod)]
             if not path:
                 return None
             calls = self._module_calls.get(id(mod))
@@ -610,7 +652,7 @@ class TorchAdapter:
                             s = self._seen.get(id(t))
                             if s is not None and s.producer is not None and s.producer[0] != name:
                                 self.session.graph.add_edge(s.producer[0], name, s.producer[1], slot)
-                    self._module_bwd_hooks(path, cls, n, node, args, kwargs, output)
+                    self._module_bwd_hooks(path, cls, n, node, args, kwargs, output, inplace)
                     if self.tap is not None:
                         self._calls[name] = (args, kwargs, output)
             finally:
@@ -620,14 +662,17 @@ class TorchAdapter:
 
         return post
 
-    def _module_bwd_hooks(self, path, cls, n, fwd, args, kwargs, output) -> None:
+    def _module_bwd_hooks(self, path, cls, n, fwd, args, kwargs, output, inplace) -> None:
         base = f"Module.{path}.{cls}" if path else f"Module.{cls}"
         name = f"{base}.backward.{n}"
         scope = fwd.scope
         for slot, t in _outputs(output, "input"):
             if t.requires_grad and t.grad_fn is not None:
                 self._step_handles.append(t.register_hook(self._module_grad(name, scope, fwd.name, slot, True)))
-        for slot, t in _args_tensors(args, kwargs):
+        wrapped = self._wrapped.pop(fwd.name, None)
+        # an in-place module is not given aliases (it writes into its input): hook the input itself
+        inputs = list(_args_tensors(args, kwargs)) if inplace else wrapped or []
+        for slot, t in inputs:
             slot = "output" + slot[len("input"):]
             if t.requires_grad:
                 self._step_handles.append(t.register_hook(self._module_grad(name, scope, fwd.name, slot, False)))
