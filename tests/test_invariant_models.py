@@ -266,3 +266,17 @@ def test_module_backward_is_the_modules_share_of_the_gradient(level):
         # the input's total gradient (residual included) is much larger than the module's share
         total = dbg.tensor("Module.fc.Linear.backward.0", "input.0")
         assert np.abs(total).sum() > 10 * np.abs(got["gi"].numpy()).sum()
+
+
+@pytest.mark.parametrize("level", ["L0", "mix"])
+def test_tied_weights_have_a_gradient_entry_per_owner_and_dict_outputs_a_backward(level):
+    model, batches, loss_fn, _ = build("gpt2")
+    with nbdebug.Debugger(model, level=level) as dbg:
+        train(model, batches[:1], loss_fn, False)
+        grad = model.lm_head.weight.grad  # AdamW does not touch .grad
+        for owner in ("Module.transformer.wte.Embedding.parameters_grad.0", "Module.lm_head.Linear.parameters_grad.0"):
+            assert dbg.stats(owner, "weight", step=0)["shape"] == (64, 32)
+            np.testing.assert_array_equal(dbg.tensor(owner, "weight", step=0), grad.numpy())
+        # GPT2Model returns a ModelOutput (a dict): its backward node has the gradient of its output
+        st = dbg.stats("Module.transformer.GPT2Model.backward.0", "input.last_hidden_state", step=0)
+        assert st["shape"] == (2, 8, 32) and st["norm"] > 0

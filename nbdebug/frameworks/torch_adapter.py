@@ -288,6 +288,7 @@ class TorchAdapter:
         self._pgrad_calls: dict[tuple[str, str], int] = {}
         self._pgrad_last: dict[str, tuple[str, str]] = {}
         self._alias: dict[int, tuple[weakref.ref, torch.Tensor]] = {}
+        self._called: set[str] = set()  # module paths called this step
         self._wrapped: dict[str, list[tuple[str, torch.Tensor]]] = {}
 
     def end_step(self) -> None:
@@ -328,20 +329,19 @@ class TorchAdapter:
             self._handles.append(mod.register_forward_pre_hook(self._pre_hook(want_modules), with_kwargs=True))
             self._handles.append(mod.register_forward_hook(self._post_hook(want_modules), with_kwargs=True,
                                                            always_call=True))
-        owners = {}
+        owners: dict[int, list[tuple[str, str, str]]] = {}  # tied weights have several owners
         for path, mod in model.named_modules():
             for local, p in mod.named_parameters(recurse=False):
-                if id(p) not in owners:
-                    owners[id(p)] = (path, type(mod).__name__, local)
+                owners.setdefault(id(p), []).append((path, type(mod).__name__, local))
             for local, b in mod.named_buffers(recurse=False):
                 if b is not None:
                     q = f"{path}.{local}" if path else local
                     self._buffer_info[id(b)] = (weakref.ref(b), q)
         for qual, p in model.named_parameters():
-            path, cls, local = owners[id(p)]
+            path, cls, _local = owners[id(p)][0]
             self._param_info[id(p)] = (weakref.ref(p), qual, path, cls)
             if p.requires_grad:
-                self._handles.append(p.register_post_accumulate_grad_hook(self._grad_hook(qual, path, cls, local)))
+                self._handles.append(p.register_post_accumulate_grad_hook(self._grad_hook(qual, owners[id(p)])))
             if self.retain:
                 self.session.store.offer((f"Parameter.{qual}", "output.0"), TorchRef(p, copy=True), "initial")
         self._handles.append(_optim.register_optimizer_step_pre_hook(self._opt_pre))
@@ -566,6 +566,7 @@ class TorchAdapter:
             if not self._scope:  # the outermost call: make sure the op mode is on in this thread
                 self._push_mode()
             path, cls, leaf, inplace = self._module_info[id(mod)]
+            self._called.add(path)
             self._scope.append(path.replace(".", "/"))
             if not want or not path:  # msProbe does not name the root module; neither do we
                 return None
@@ -699,28 +700,35 @@ class TorchAdapter:
         return self.session.node(name, kind=kind, op_type=op_type, scope=scope, section="backward", pair=pair)
 
     # -- parameter gradients ----------------------------------------------------------------------
-    def _grad_hook(self, qual, path, cls, local) -> Callable:
-        base = f"Module.{path}.{cls}.parameters_grad" if path else f"Module.{cls}.parameters_grad"
-        scope = path.rpartition(".")[0].replace(".", "/") if path else ""
+    def _grad_hook(self, qual: str, owners: list[tuple[str, str, str]]) -> Callable:
+        """One ``parameters_grad`` entry per owning module called this step (tied weights: each owner,
+        as msProbe writes them); a parameter used without a module call: its first owner."""
+        slots = []
+        for path, cls, local in owners:
+            base = f"Module.{path}.{cls}.parameters_grad" if path else f"Module.{cls}.parameters_grad"
+            slots.append((path, base, path.rpartition(".")[0].replace(".", "/") if path else "", local))
 
         def hook(p):
             if not self.capturing or p.grad is None:
                 return
-            with torch._C.DisableTorchFunction():
-                n = self._pgrad_calls.get((base, local), 0)  # one more backward into this parameter
-                self._pgrad_calls[(base, local)] = n + 1
-                name = f"{base}.{n}"
-                self._pgrad_last[qual] = (name, local)
-                if name in self._bwd_started:
-                    node = self.session.graph.nodes[name]
-                else:
-                    self._bwd_started.add(name)
-                    node = self.session.node(name, kind="parameter", op_type="parameters_grad", scope=scope,
-                                             section="backward")
-                seen = self._slot(node, local, p.grad, as_input=False)
-                seen.producer = (name, local)
-                self.session.graph.add_edge(f"Parameter.{qual}", name, "output.0", local)
-            self._emit_node(node)
+            called = [o for o in slots if o[0] in self._called] if len(slots) > 1 else slots
+            for _path, base, scope, local in called or slots[:1]:
+                with torch._C.DisableTorchFunction():
+                    n = self._pgrad_calls.get((base, local), 0)  # one more backward into this parameter
+                    self._pgrad_calls[(base, local)] = n + 1
+                    name = f"{base}.{n}"
+                    self._pgrad_last[qual] = (name, local)
+                    if name in self._bwd_started:
+                        node = self.session.graph.nodes[name]
+                    else:
+                        self._bwd_started.add(name)
+                        node = self.session.node(name, kind="parameter", op_type="parameters_grad", scope=scope,
+                                                 section="backward")
+                    seen = self._slot(node, local, p.grad, as_input=False)
+                    if seen.producer is None:
+                        seen.producer = (name, local)
+                    self.session.graph.add_edge(f"Parameter.{qual}", name, "output.0", local)
+                self._emit_node(node)
 
         return hook
 
