@@ -280,3 +280,36 @@ def test_tied_weights_have_a_gradient_entry_per_owner_and_dict_outputs_a_backwar
         # GPT2Model returns a ModelOutput (a dict): its backward node has the gradient of its output
         st = dbg.stats("Module.transformer.GPT2Model.backward.0", "input.last_hidden_state", step=0)
         assert st["shape"] == (2, 8, 32) and st["norm"] > 0
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_first_nonfinite_names_the_op_that_ran_even_when_counters_shift(level):
+    """An overflow injected in GPT-2's second ``c_fc`` in step 1 only: its two multiplications shift the
+    ``Tensor.__mul__`` counters, so their names stood for GELU's multiplications in step 0. The node's
+    scope must follow the op that ran (and the move is noted)."""
+    model, batches, loss_fn, _ = build("gpt2")
+    c_fc = model.transformer.h[1].mlp.c_fc
+    orig = c_fc.forward
+    blow = [False]
+
+    def forward(x):
+        o = orig(x)
+        if blow[0]:
+            o = o * 1e38
+            o = o * 1e38  # float32 overflow here
+        return o
+
+    c_fc.forward = forward
+    with nbdebug.Debugger(model, level=level) as dbg:
+        train(model, batches[:1], loss_fn, False)
+        assert dbg.first_nonfinite(0) is None
+        blow[0] = True
+        train(model, batches[1:2], loss_fn, False)
+        name, slot, step = dbg.first_nonfinite(1)
+        node = dbg.graph[name]
+        if level == "L0":
+            assert name == "Module.transformer.h.1.mlp.c_fc.Conv1D.forward.0" and slot == "output.0"
+        else:
+            assert name.startswith("Tensor.__mul__.") and node.scope == "transformer/h/1/mlp/c_fc", (name, node)
+            assert node.moved == [1]  # in step 0 this name was another multiplication
+            assert any("o = o * 1e38" in line or "test_invariant_models.py" in line for line in node.stack)

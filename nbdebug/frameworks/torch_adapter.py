@@ -225,8 +225,9 @@ class _OpMode(TorchFunctionMode):
         info = a.api_info(func)
         if info is None or torch._C._current_autograd_node() is not None:
             return func(*args, **kwargs)
+        caller = sys._getframe(1)
+        a.site = (caller.f_code, caller.f_lasti)  # the call site: a node's identity (see Session.node)
         if info[0] == "Tensor" and not info[1].startswith("__"):
-            caller = sys._getframe(1)
             op = _operator_at(caller.f_code, caller.f_lasti)
             if op is not None:
                 reflected = bool(args) and not isinstance(args[0], torch.Tensor)
@@ -250,6 +251,7 @@ class TorchAdapter:
         self.model_class = type(model).__name__
         self.capturing = True
         self.busy = False
+        self.site: tuple | None = None  # call site of the op being recorded (set by the op mode)
         self.retain = retain
         self.retain_copy = retain_copy
         self.closed = False
@@ -505,8 +507,9 @@ class TorchAdapter:
                 name = f"{prefix}.{api}.{count}.forward"
                 section = self.section
                 scope = "optimizer" if section == "optimizer" else self._scope_str()
+                site, self.site = (scope, self.site), None
                 node = self.session.node(name, kind="op", op_type=api, scope=scope, section=section,
-                                         stack=_user_stack, pair=f"{prefix}.{api}.{count}.backward")
+                                         stack=_user_stack, pair=f"{prefix}.{api}.{count}.backward", site=site)
                 for slot, t in _args_tensors(args, kwargs):
                     self._slot(node, slot, t, as_input=True)
                 targets = [t for _, t in _args_tensors(args[:1], kwargs.get("out") and {"out": kwargs["out"]})] \

@@ -171,8 +171,12 @@ class Session:
 
     # -- writing (adapters) -----------------------------------------------------------------------
     def node(self, name: str, *, kind: str, op_type: str, scope: str = "", section: str = "forward",
-             stack: Callable[[], list[str]] | None = None, pair: str | None = None) -> Node:
-        """Register that ``name`` executed now; returns its node with ``order`` set."""
+             stack: Callable[[], list[str]] | None = None, pair: str | None = None, site: Any = None) -> Node:
+        """Register that ``name`` executed now; returns its node with ``order`` set.
+
+        ``site``: a key of the call site (ops named by a per-step counter): when it differs from the
+        node's, the name now stands for another op — the node takes the new scope and stack, and the
+        step is noted in ``node.moved``."""
         if self.store_step != self.step_index:
             self.store.rotate()
             if self.store_step != self.step_index - 1:  # a step without values in between
@@ -182,6 +186,16 @@ class Session:
         if node is None:
             node = self.graph.add_node(name, kind=kind, op_type=op_type, scope=scope, section=section,
                                        stack=stack() if stack else None, pair=pair)
+            node.site = site
+        elif site is not None and node.site != site:
+            if node.site is not None:
+                node.moved.append(self.step_index)
+                node.scope = scope
+                node.section = section
+                if stack is not None:
+                    node.stack = stack()
+                self.graph.version += 1
+            node.site = site
         node.order = self.order
         self.order += 1
         return node
