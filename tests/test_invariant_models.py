@@ -181,6 +181,9 @@ def test_stats_describe_the_retained_value(kind, level):
                 check_step(dbg, i - 1)  # the previous step's values after one more step
 
         got = train(model, batches, loss_fn, scaler, after)
+        g = dbg.graph.to_networkx()
+        assert set(g.nodes) == set(dbg.graph.nodes)  # no edge end that is not a node
+        assert set(g.edges) == set(dbg.graph.edges)
     for a, b in zip(got, want, strict=True):
         assert torch.equal(a, b), (got, want)
     assert all(r > 10 for r, _ in counts), counts

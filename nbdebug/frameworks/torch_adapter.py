@@ -730,7 +730,8 @@ class TorchAdapter:
                     seen = self._slot(node, local, p.grad, as_input=False)
                     if seen.producer is None:
                         seen.producer = (name, local)
-                    self.session.graph.add_edge(f"Parameter.{qual}", name, "output.0", local)
+                    if f"Parameter.{qual}" in self.session.graph.nodes:  # L0: used without a module call
+                        self.session.graph.add_edge(f"Parameter.{qual}", name, "output.0", local)
                 self._emit_node(node)
 
         return hook
