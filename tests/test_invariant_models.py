@@ -316,3 +316,20 @@ def test_first_nonfinite_names_the_op_that_ran_even_when_counters_shift(level):
             assert name.startswith("Tensor.__mul__.") and node.scope == "transformer/h/1/mlp/c_fc", (name, node)
             assert node.moved == [1]  # in step 0 this name was another multiplication
             assert any("o = o * 1e38" in line or "test_invariant_models.py" in line for line in node.stack)
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_inference_mode_under_a_debugger(level):
+    """``torch.inference_mode()`` tensors have no version counter: no crash, values kept as copies."""
+    model, batches, loss_fn, _ = build("residual_ln")
+    x = batches[0][0]
+    with nbdebug.Debugger(model, level=level) as dbg:
+        with torch.inference_mode():
+            y = model(x)
+            used = y.clone()
+            y.add_(1.0)  # an in-place edit of an inference tensor after capture
+        dbg.step()
+        head = "Functional.linear.1.forward" if level == "L1" else "Module.head.Linear.forward.0"
+        np.testing.assert_array_equal(dbg.tensor(head, "output.0", step=0),
+                                      used.numpy())
+        check_step(dbg, 0)

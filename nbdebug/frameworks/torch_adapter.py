@@ -137,6 +137,17 @@ def _user_stack(limit: int = 8) -> list[str]:
     return out
 
 
+_NO_VERSION = iter(range(-1, -(1 << 62), -1))
+
+
+def _version_of(t: torch.Tensor) -> int:
+    """``t._version``; inference tensors have none: a fresh negative number (never equal to another)."""
+    try:
+        return t._version
+    except RuntimeError:  # "Inference tensors do not track version counter"
+        return next(_NO_VERSION)
+
+
 class TorchRef:
     """Retention handle: a reference (checked against in-place edits) or a private copy."""
 
@@ -144,9 +155,10 @@ class TorchRef:
 
     def __init__(self, t: torch.Tensor, copy: bool) -> None:
         with torch._C.DisableTorchFunction():
+            self.version = _version_of(t)
+            copy = copy or self.version < 0  # no version counter: in-place edits are invisible, keep a copy
             self.copied = copy
             self.tensor = t.detach().clone() if copy else t.detach()
-            self.version = t._version
             self.nbytes = t.numel() * t.element_size()
 
     def snapshot(self) -> None:
@@ -402,7 +414,7 @@ class TorchAdapter:
         ``origin``: an input nobody produced becomes a parameter/constant/input node (forward only).
         """
         tid = id(t)
-        ver = t._version
+        ver = _version_of(t)
         seen = self._seen.get(tid)
         if seen is None or seen.version != ver or seen.ref() is not t:
             row, dtype, why = self.buf.add(t)
@@ -613,7 +625,7 @@ class TorchAdapter:
             v = t.view_as(t)
             base = self._seen.get(id(t))
             if base is not None:
-                seen = _Seen(weakref.ref(v), v._version, base.row, base.dtype, base.why)
+                seen = _Seen(weakref.ref(v), _version_of(v), base.row, base.dtype, base.why)
                 seen.handle, seen.producer = base.handle, base.producer
                 self._seen[id(v)] = seen
             self._alias[id(v)] = (weakref.ref(v), t)
