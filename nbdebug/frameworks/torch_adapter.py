@@ -17,6 +17,7 @@ Nothing is monkeypatched: closing removes every hook handle and pops the mode.
 
 from __future__ import annotations
 
+import atexit
 import dis
 import sys
 import threading
@@ -228,16 +229,22 @@ class _OpMode(TorchFunctionMode):
     def __init__(self, adapter: TorchAdapter) -> None:
         super().__init__()
         self.adapter = adapter
+        self.armed = True
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         a = self.adapter
-        if not a.capturing or a.busy:
+        if not a.capturing or a.busy or not self.armed:
             return func(*args, **kwargs)
         info = a.api_info(func)
         if info is None or torch._C._current_autograd_node() is not None:
             return func(*args, **kwargs)
         caller = sys._getframe(1)
+        if a._scope and caller is not a._ok_frame:  # inside a module call, or left one by an interrupt?
+            if not a._root_alive(caller):
+                a.interrupted()
+                return func(*args, **kwargs)
+            a._ok_frame = caller
         a.site = (caller.f_code, caller.f_lasti)  # the call site: a node's identity (see Session.node)
         if info[0] == "Tensor" and not info[1].startswith("__"):
             op = _operator_at(caller.f_code, caller.f_lasti)
@@ -245,6 +252,20 @@ class _OpMode(TorchFunctionMode):
                 reflected = bool(args) and not isinstance(args[0], torch.Tensor)
                 info = ("Tensor", f"__{'r' if reflected and not op.startswith('i') else ''}{op}__")
         return a.run_op(info, func, args, kwargs)
+
+
+_LIVE: weakref.WeakSet = weakref.WeakSet()
+
+
+@atexit.register
+def _close_at_exit() -> None:
+    """Detach every live adapter while the interpreter still works (not from a weakref callback during
+    teardown, when module globals are gone)."""
+    for adapter in list(_LIVE):
+        try:
+            adapter.close()
+        except Exception:  # pragma: no cover - best effort at exit
+            pass
 
 
 class TorchAdapter:
@@ -264,6 +285,8 @@ class TorchAdapter:
         self.capturing = True
         self.busy = False
         self.site: tuple | None = None  # call site of the op being recorded (set by the op mode)
+        self._root_frame = None  # frame of the outermost module call in progress
+        self._ok_frame = None  # last op caller frame known to be inside it
         self.retain = retain
         self.retain_copy = retain_copy
         self.closed = False
@@ -284,6 +307,7 @@ class TorchAdapter:
         self._new_step_state()
         self._attach(model)
         session.raw_source = self.buf.raw
+        _LIVE.add(self)
 
     # -- step state -------------------------------------------------------------------------------
     def _new_step_state(self) -> None:
@@ -325,6 +349,28 @@ class TorchAdapter:
     def thread_exit(self) -> None:
         """The training thread is ending (finished, terminated or failed): close a partial step."""
         self.busy = False
+        if len(self.session.recorder) and not self.closed:
+            self.end_step()
+        else:
+            self._pop_mode()
+            self._scope.clear()
+            self.section = "forward"
+
+    # -- interrupted calls -------------------------------------------------------------------------
+    def _root_alive(self, frame) -> bool:
+        """Whether the outermost module call is still on ``frame``'s stack."""
+        root = self._root_frame
+        while frame is not None:
+            if frame is root:
+                return True
+            frame = frame.f_back
+        return False
+
+    def interrupted(self) -> None:
+        """The outermost module call was left without its hooks running (a ``KeyboardInterrupt`` is not
+        an ``Exception``, so ``always_call`` hooks are skipped): close the partial step on its own and
+        leave the op mode, so that later unrelated code is not recorded into it."""
+        self._root_frame = self._ok_frame = None
         if len(self.session.recorder) and not self.closed:
             self.end_step()
         else:
@@ -379,19 +425,28 @@ class TorchAdapter:
         if self.level == "L0" or self.closed:
             return
         tid = threading.get_ident()
-        if tid not in self._modes:
+        mode = self._modes.get(tid)
+        if mode is None:
             mode = _OpMode(self)
             mode.__enter__()
             self._modes[tid] = mode
+        mode.armed = True
 
     def _pop_mode(self) -> None:
-        mode = self._modes.pop(threading.get_ident(), None)
+        tid = threading.get_ident()
+        mode = self._modes.get(tid)
         if mode is None:
             return
         stack = torch.overrides._get_current_function_mode_stack()
         if stack and stack[-1] is mode:
+            del self._modes[tid]
             mode.__exit__(None, None, None)
+        elif not any(m is mode for m in stack):
+            # called from inside the mode's own dispatch (torch re-pushes it when we return): disarm it
+            # (it passes everything through) and take it off at the next push/pop outside a dispatch
+            mode.armed = False
         else:  # someone pushed a mode above ours: make ours inert instead of breaking their stack
+            del self._modes[tid]
             mode.adapter = _Inert()
 
     # -- recording --------------------------------------------------------------------------------
@@ -578,7 +633,13 @@ class TorchAdapter:
         def pre(mod, args, kwargs):
             if not self.capturing or self.busy:
                 return None
+            if self._scope and not self._root_alive(sys._getframe(1)):
+                self.interrupted()  # the previous outermost call never returned (KeyboardInterrupt)
             if not self._scope:  # the outermost call: make sure the op mode is on in this thread
+                self._root_frame = sys._getframe(1)
+                mode = self._modes.get(threading.get_ident())
+                if mode is not None and not mode.armed:  # left disarmed by an interrupt: take it off
+                    self._pop_mode()
                 self._push_mode()
             path, cls, leaf, inplace = self._module_info[id(mod)]
             self._called.add(path)
@@ -643,6 +704,8 @@ class TorchAdapter:
         def post(mod, args, kwargs, output):
             if self._scope and not self.busy:
                 self._scope.pop()
+                if not self._scope:  # the outermost call returned
+                    self._root_frame = self._ok_frame = None
             if not want or not self.capturing or self.busy:
                 return None
             path, cls, leaf, inplace = self._module_info[id(mod)]
