@@ -160,8 +160,8 @@ def check_step(dbg, step: int) -> tuple[int, int]:
         want = table.values[i]
         got = reference_stats(arr)
         if not np.allclose(got, want, rtol=1e-5, atol=1e-6, equal_nan=True):
-            bad.append(f"{node} {slot}: stats {dict(zip(FIELDS, want.round(5)))} "
-                       f"tensor {dict(zip(FIELDS, got.round(5)))}")
+            bad.append(f"{node} {slot}: stats {dict(zip(FIELDS, want.round(5), strict=True))} "
+                       f"tensor {dict(zip(FIELDS, got.round(5), strict=True))}")
     assert not bad, f"step {step}: {len(bad)} slots whose tensor() is not the value of stats():\n" + \
         "\n".join(bad[:10])
     return retained, refused
@@ -205,7 +205,7 @@ def test_batchnorm_running_stats_are_the_values_used(level):
 
         before = [model.bn.running_mean.clone()]
         train(model, batches, loss_fn, False, lambda i: (after(i), before.append(model.bn.running_mean.clone())))
-    for i, (mean, var_in) in enumerate(seen):
+    for i, (mean, _var_in) in enumerate(seen):
         np.testing.assert_array_equal(mean, before[i].numpy())
         assert not np.array_equal(mean, model.bn.running_mean.numpy())
     np.testing.assert_array_equal(seen[0][1], np.ones(4, np.float32))  # running_var starts at 1
