@@ -27,12 +27,14 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
+import torch.nn.functional as _F
 import torch.optim.optimizer as _optim
 from torch.overrides import TorchFunctionMode
 from torch.utils.hooks import RemovableHandle
 
 from ..session.session import Session
 from ..session.store import NotRetainedError, TensorStore
+from . import torch_api_names as _names
 from .torch_stats import StatsBuffer
 
 LEVELS = ("L0", "L1", "mix")
@@ -77,8 +79,15 @@ def mutated_args(info: tuple[str, str], args: tuple, kwargs: dict) -> list[torch
     return out
 
 
+_PASS = ("", "")  # a torch call msProbe does not record: runs unrecorded, its result keeps its input's producer
+
+
 def _api_prefix(func: Any) -> tuple[str, str] | None:
-    """(msProbe prefix, api name) for a function seen by the mode, or None when not an op."""
+    """(msProbe prefix, api name) for a function seen by the mode; ``_PASS`` for a torch call msProbe does
+    not record (not in its support list); None when not an op at all (metadata, leaves torch).
+
+    ``("Tensor?", name)``: a Tensor method msProbe records only when reached through an operator
+    (``x // y`` reaches the mode as ``floor_divide``; msProbe hooks ``__floordiv__``)."""
     name = getattr(func, "__name__", None)
     if name is None or name in _SKIP_NAMES:
         return None
@@ -86,18 +95,24 @@ def _api_prefix(func: Any) -> tuple[str, str] | None:
     mod = getattr(func, "__module__", None) or ""
     if qual.startswith(("TensorBase.", "Tensor.", "_TensorBase.")) or isinstance(
             func, (types.MethodDescriptorType, types.WrapperDescriptorType)):
-        return "Tensor", name
-    if mod in ("torch.nn.functional", "torch._C._nn"):
-        return "Functional", name
+        # operators (``x + y`` reaches the mode as ``add``) are renamed at the call site
+        if name in _names.TENSOR:
+            return "Tensor", name
+        return _PASS if name.startswith("__") else ("Tensor?", name)
+    if mod in ("torch.nn.functional", "torch._C._nn") or getattr(_F, name, None) is func:
+        # ``F.conv2d`` is ``torch.conv2d`` (one builtin): msProbe hooks it as Functional
+        if name in _names.FUNCTIONAL:
+            return "Functional", name
     if mod.startswith("torch.distributed"):
-        return "Distributed", name
+        return ("Distributed", name) if name in _names.DISTRIBUTED else _PASS
+    if mod == "torch._VF" or mod.startswith("torch._C._VariableFunctions") and name in _names.VF:
+        if name in _names.VF:
+            return "VF", name
     if mod in ("torch", "torch.functional", "torch._C._VariableFunctions", "torch.random") or \
             qual.startswith("_VariableFunctionsClass.") or mod.startswith(
                 ("torch._C._linalg", "torch.linalg", "torch._C._fft", "torch.fft", "torch._C._special",
-                 "torch.special")):
-        return "Torch", name
-    if mod == "torch._VF" or mod.startswith("torch._C._VariableFunctions"):
-        return "VF", name
+                 "torch.special", "torch.nn.functional", "torch._C._nn")):
+        return ("Torch", name) if name in _names.TORCH else _PASS
     return None
 
 
@@ -223,6 +238,59 @@ def _operator_at(code: Any, lasti: int) -> str | None:
     return name
 
 
+_REFLECTED_SITES: dict[tuple[Any, int], Any] = {}
+_LOADS = ("LOAD_FAST", "LOAD_DEREF", "LOAD_GLOBAL", "LOAD_NAME", "LOAD_CLASSDEREF")
+
+
+def _left_operand(code: Any, lasti: int) -> Any:
+    """What pushes the left operand of the binary operator at ``lasti``: ``("const", value)``,
+    ``(load opname, variable name)`` or None (an expression, or not found)."""
+    ins = [i for i in dis.get_instructions(code)]
+    idx = next((k for k, i in enumerate(ins) if i.offset == lasti), None)
+    if idx is None:
+        return None
+    net = 0
+    for j in range(idx - 1, 0, -1):  # walk back over the right operand's instructions
+        i = ins[j]
+        if i.is_jump_target or i.opcode in dis.hasjrel or i.opcode in dis.hasjabs:
+            return None
+        try:
+            net += dis.stack_effect(i.opcode, i.arg if i.opcode >= dis.HAVE_ARGUMENT else None)
+        except ValueError:
+            return None
+        if net == 1:
+            left = ins[j - 1]
+            if left.opname == "LOAD_CONST":
+                return "const", left.argval
+            if left.opname in _LOADS:
+                return left.opname, left.argval
+            return None
+    return None
+
+
+def _reflected_at(frame: Any) -> bool:
+    """Whether the binary operator running in ``frame`` has a non-tensor left operand (``0.5 * h``: msProbe's
+    ``Tensor.__rmul__``). Decided once per call site, from the bytecode and the operand's type then."""
+    key = (frame.f_code, frame.f_lasti)
+    hit = _REFLECTED_SITES.get(key)
+    if hit is not None:
+        return hit
+    src = _left_operand(frame.f_code, frame.f_lasti)
+    if src is None:
+        out = False
+    elif src[0] == "const":
+        out = not isinstance(src[1], torch.Tensor)
+    else:
+        kind, name = src
+        if kind == "LOAD_GLOBAL" or (kind == "LOAD_NAME" and name not in frame.f_locals):
+            value = frame.f_globals.get(name, frame.f_builtins.get(name))
+        else:
+            value = frame.f_locals.get(name)
+        out = not isinstance(value, torch.Tensor)
+    _REFLECTED_SITES[key] = out
+    return out
+
+
 class _OpMode(TorchFunctionMode):
     """Sees every torch-level call while pushed on the training thread."""
 
@@ -246,11 +314,16 @@ class _OpMode(TorchFunctionMode):
                 return func(*args, **kwargs)
             a._ok_frame = caller
         a.site = (caller.f_code, caller.f_lasti)  # the call site: a node's identity (see Session.node)
-        if info[0] == "Tensor" and not info[1].startswith("__"):
+        if info[0] in ("Tensor", "Tensor?") and not info[1].startswith("__"):
             op = _operator_at(caller.f_code, caller.f_lasti)
             if op is not None:
-                reflected = bool(args) and not isinstance(args[0], torch.Tensor)
-                info = ("Tensor", f"__{'r' if reflected and not op.startswith('i') else ''}{op}__")
+                reflected = _reflected_at(caller) if not op.startswith("i") else False
+                name = f"__{'r' if reflected else ''}{op}__"
+                info = ("Tensor", name) if name in _names.TENSOR else _PASS
+            elif info[0] == "Tensor?":
+                info = _PASS
+        if info is _PASS:
+            return a.pass_op(func, args, kwargs)
         return a.run_op(info, func, args, kwargs)
 
 
@@ -561,6 +634,14 @@ class TorchAdapter:
                 self.busy = False
 
     # -- L1 ---------------------------------------------------------------------------------------
+    def pass_op(self, func, args, kwargs):
+        """Run a torch call msProbe does not record; its tensor result keeps the producer of its first
+        tensor argument (a ``contiguous()`` copy, a ``x[0]`` view) so the graph stays connected."""
+        out = func(*args, **kwargs)
+        if isinstance(out, torch.Tensor) and args and isinstance(args[0], torch.Tensor) and out is not args[0]:
+            self._alias[id(out)] = (weakref.ref(out), args[0])
+        return out
+
     def run_op(self, info: tuple[str, str], func, args, kwargs):
         prefix, api = info
         inplace = (api.endswith("_") and not api.endswith("__")) or api in (
@@ -742,19 +823,17 @@ class TorchAdapter:
         return post
 
     def _module_bwd_hooks(self, path, cls, n, fwd, args, kwargs, output, inplace) -> None:
+        if inplace:  # msProbe's full backward hook never reports a module that overwrites its input
+            return
         base = f"Module.{path}.{cls}" if path else f"Module.{cls}"
         name = f"{base}.backward.{n}"
         scope = fwd.scope
         for slot, t in _outputs(output, "input"):
             if t.requires_grad and t.grad_fn is not None:
                 self._step_handles.append(t.register_hook(self._module_grad(name, scope, fwd.name, slot, True)))
-        wrapped = self._wrapped.pop(fwd.name, None)
-        # an in-place module is not given aliases (it writes into its input): hook the input itself
-        inputs = list(_args_tensors(args, kwargs)) if inplace else wrapped or []
-        for slot, t in inputs:
+        for slot, t in self._wrapped.pop(fwd.name, None) or ():  # the module's own aliases of its inputs
             slot = "output" + slot[len("input"):]
-            if t.requires_grad:
-                self._step_handles.append(t.register_hook(self._module_grad(name, scope, fwd.name, slot, False)))
+            self._step_handles.append(t.register_hook(self._module_grad(name, scope, fwd.name, slot, False)))
 
     def _module_grad(self, name, scope, pair, slot, is_input) -> Callable:
         def hook(grad):
@@ -779,8 +858,9 @@ class TorchAdapter:
 
     # -- parameter gradients ----------------------------------------------------------------------
     def _grad_hook(self, qual: str, owners: list[tuple[str, str, str]]) -> Callable:
-        """One ``parameters_grad`` entry per owning module called this step (tied weights: each owner,
-        as msProbe writes them); a parameter used without a module call: its first owner."""
+        """One ``parameters_grad`` entry per owning module called this step (tied weights: each owner),
+        as msProbe writes them: a parameter used without a call of its module has none at L0/mix (at L1,
+        where no module call is recorded, it is recorded under its first owner)."""
         slots = []
         for path, cls, local in owners:
             base = f"Module.{path}.{cls}.parameters_grad" if path else f"Module.{cls}.parameters_grad"
@@ -789,8 +869,10 @@ class TorchAdapter:
         def hook(p):
             if not self.capturing or p.grad is None:
                 return
-            called = [o for o in slots if o[0] in self._called] if len(slots) > 1 else slots
-            for _path, base, scope, local in called or slots[:1]:
+            called = [o for o in slots if o[0] in self._called]
+            if not called and self.level == "L1":  # no module calls are recorded: the first owner
+                called = slots[:1]
+            for _path, base, scope, local in called:
                 with torch._C.DisableTorchFunction():
                     n = self._pgrad_calls.get((base, local), 0)  # one more backward into this parameter
                     self._pgrad_calls[(base, local)] = n + 1
