@@ -398,7 +398,9 @@ class TorchAdapter:
         self._opt_calls = 0
         self._pgrad_calls: dict[tuple[str, str], int] = {}
         self._pgrad_last: dict[str, tuple[str, str]] = {}
-        self._alias: dict[int, tuple[weakref.ref, torch.Tensor]] = {}
+        #: id(tensor) -> (ref to it, ref to the tensor it stands for): a module's alias of its input, the
+        #: result of an unrecorded call (weak both ways: nothing is kept alive for the graph's sake)
+        self._alias: dict[int, tuple[weakref.ref, weakref.ref]] = {}
         self._called: set[str] = set()  # module paths called this step
         self._wrapped: dict[str, list[tuple[str, torch.Tensor]]] = {}
 
@@ -582,9 +584,10 @@ class TorchAdapter:
     def _origin(self, t: torch.Tensor) -> tuple[str, str]:
         """A tensor nobody produced this step: a parameter, a buffer (constant) or an input."""
         alias = self._alias.get(id(t))
-        if alias is not None and alias[0]() is t:  # a module's alias of its input: the input's origin
-            base = alias[1]
+        base = alias[1]() if alias is not None and alias[0]() is t else None
+        if base is not None:  # a module's alias of its input / an unrecorded call's result: the input's origin
             seen = self._seen.get(id(base))
+            seen = seen if seen is not None and seen.ref() is base else None
             if seen is not None and seen.producer is not None:
                 return seen.producer
             producer = self._origin(base)
@@ -639,7 +642,7 @@ class TorchAdapter:
         tensor argument (a ``contiguous()`` copy, a ``x[0]`` view) so the graph stays connected."""
         out = func(*args, **kwargs)
         if isinstance(out, torch.Tensor) and args and isinstance(args[0], torch.Tensor) and out is not args[0]:
-            self._alias[id(out)] = (weakref.ref(out), args[0])
+            self._alias[id(out)] = (weakref.ref(out), weakref.ref(args[0]))
         return out
 
     def run_op(self, info: tuple[str, str], func, args, kwargs):
@@ -770,7 +773,7 @@ class TorchAdapter:
                 seen = _Seen(weakref.ref(v), _version_of(v), base.row, base.dtype, base.why)
                 seen.handle, seen.producer = base.handle, base.producer
                 self._seen[id(v)] = seen
-            self._alias[id(v)] = (weakref.ref(v), t)
+            self._alias[id(v)] = (weakref.ref(v), weakref.ref(t))
             wrapped.append((slot, v))
             return v
 
