@@ -281,7 +281,7 @@ def test_tied_weights_have_a_gradient_entry_per_owner_and_dict_outputs_a_backwar
             assert dbg.stats(owner, "weight", step=0)["shape"] == (64, 32)
             np.testing.assert_array_equal(dbg.tensor(owner, "weight", step=0), grad.numpy())
         # GPT2Model returns a ModelOutput (a dict): its backward node has the gradient of its output
-        st = dbg.stats("Module.transformer.GPT2Model.backward.0", "input.last_hidden_state", step=0)
+        st = dbg.stats("Module.transformer.GPT2Model.backward.0", "input.0", step=0)
         assert st["shape"] == (2, 8, 32) and st["norm"] > 0
 
 

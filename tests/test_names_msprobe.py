@@ -66,6 +66,31 @@ for _ in range(2):
     debugger.step()
 '''
 
+GPT2_SCRIPT = r'''
+import sys
+import torch
+
+tool, cfg_path, tests = sys.argv[1], sys.argv[2], sys.argv[3]
+if tool == "msprobe":
+    from msprobe.pytorch import PrecisionDebugger
+else:
+    from nbdebug import PrecisionDebugger
+sys.path.insert(0, tests)
+from test_invariant_models import build  # GPT-2 with tied weights, from a config, random weights
+
+model, batches, loss_fn, _ = build("gpt2")
+debugger = PrecisionDebugger(config_path=cfg_path)
+opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+for b in batches[:2]:
+    debugger.start(model)
+    loss = loss_fn(model, b)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    debugger.stop()
+    debugger.step()
+'''
+
 LEVELS = ("L0", "L1", "mix")
 
 
@@ -80,8 +105,8 @@ def _config(path: str, dump: str, level: str) -> None:
 
 def _run(tool: str, cfg: str, script: str, cwd: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=REPO, CUDA_VISIBLE_DEVICES="")
-    return subprocess.run([sys.executable, script, tool, cfg], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run([sys.executable, script, tool, cfg, os.path.join(REPO, "tests")], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
 
 
 @pytest.fixture(scope="module")
@@ -95,8 +120,16 @@ def dumps(tmp_path_factory):
             cfg = str(root / f"{tool}_{level}.json")
             _config(cfg, str(root / tool / level), level)
             jobs[(tool, level)] = cfg
+    gpt2 = root / "gpt2.py"
+    gpt2.write_text(GPT2_SCRIPT)
+    for level in ("L0", "mix"):
+        for tool in ("msprobe", "nbdebug"):
+            cfg = str(root / f"{tool}_gpt2_{level}.json")
+            _config(cfg, str(root / tool / f"gpt2_{level}"), level)
+            jobs[(tool, f"gpt2_{level}")] = cfg
     with ThreadPoolExecutor(2) as pool:
-        futures = {k: pool.submit(_run, k[0], cfg, str(script), str(root)) for k, cfg in jobs.items()}
+        futures = {k: pool.submit(_run, k[0], cfg, str(gpt2 if k[1].startswith("gpt2") else script), str(root))
+                   for k, cfg in jobs.items()}
         for k, fut in futures.items():
             r = fut.result()
             assert r.returncode == 0, f"{k} failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
@@ -128,3 +161,17 @@ def test_entries_equal_msprobe(dumps, level, step):
         assert not [k for k in ours if k.startswith(("Torch.tensor.", "Tensor.contiguous.", "Tensor.__getitem__."))]
     if level != "L1":
         assert "Module.fc.Linear.parameters_grad.0" in ours and "Module.conv.Conv2d.parameters_grad.0" not in ours
+
+
+@pytest.mark.parametrize("step", [0, 1])
+@pytest.mark.parametrize("level", ["L0", "mix"])
+def test_gpt2_dump_equals_msprobe(dumps, level, step):
+    """HF GPT-2 (tied ``lm_head``, ModelOutput returns, ``0.5 * x`` and ``math.sqrt(..) * (..)`` in its
+    GELU): the same entries, in the same order, with the same statistics."""
+    ours, theirs = _data(dumps, "nbdebug", f"gpt2_{level}", step), _data(dumps, "msprobe", f"gpt2_{level}", step)
+    assert list(ours) == list(theirs)
+    for key in theirs:
+        assert json.dumps(ours[key]) == json.dumps(theirs[key]), key
+    assert "Module.lm_head.Linear.parameters_grad.0" in ours
+    assert "Module.transformer.wte.Embedding.parameters_grad.0" in ours
+    assert ours["Module.transformer.GPT2Model.backward.0"]["input"]  # a ModelOutput: a real backward entry

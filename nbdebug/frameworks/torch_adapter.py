@@ -242,15 +242,16 @@ _REFLECTED_SITES: dict[tuple[Any, int], Any] = {}
 _LOADS = ("LOAD_FAST", "LOAD_DEREF", "LOAD_GLOBAL", "LOAD_NAME", "LOAD_CLASSDEREF")
 
 
-def _left_operand(code: Any, lasti: int) -> Any:
-    """What pushes the left operand of the binary operator at ``lasti``: ``("const", value)``,
-    ``(load opname, variable name)`` or None (an expression, or not found)."""
-    ins = [i for i in dis.get_instructions(code)]
+def _left_operand(code: Any, lasti: int) -> list[Any] | None:
+    """The instructions that compute the left operand of the binary operator at ``lasti`` (None when the
+    bytecode does not let us tell: jumps inside the operands, unknown stack effects)."""
+    ins = list(dis.get_instructions(code))
     idx = next((k for k, i in enumerate(ins) if i.offset == lasti), None)
     if idx is None:
         return None
-    net = 0
-    for j in range(idx - 1, 0, -1):  # walk back over the right operand's instructions
+    bounds = []
+    end, net = idx, 0
+    for j in range(idx - 1, -1, -1):  # walk back over the right operand, then over the left one
         i = ins[j]
         if i.is_jump_target or i.opcode in dis.hasjrel or i.opcode in dis.hasjabs:
             return None
@@ -259,34 +260,34 @@ def _left_operand(code: Any, lasti: int) -> Any:
         except ValueError:
             return None
         if net == 1:
-            left = ins[j - 1]
-            if left.opname == "LOAD_CONST":
-                return "const", left.argval
-            if left.opname in _LOADS:
-                return left.opname, left.argval
-            return None
+            bounds.append((j, end))
+            if len(bounds) == 2:
+                return ins[j:end]
+            end, net = j, 0
     return None
 
 
 def _reflected_at(frame: Any) -> bool:
-    """Whether the binary operator running in ``frame`` has a non-tensor left operand (``0.5 * h``: msProbe's
-    ``Tensor.__rmul__``). Decided once per call site, from the bytecode and the operand's type then."""
+    """Whether the binary operator running in ``frame`` — a tensor and a Python scalar — has the scalar on
+    its left (``0.5 * h``, ``math.sqrt(2) * h``: msProbe's ``Tensor.__rmul__``). Decided once per call
+    site from the bytecode: the left operand is the tensor if it reads a variable holding a tensor."""
     key = (frame.f_code, frame.f_lasti)
     hit = _REFLECTED_SITES.get(key)
     if hit is not None:
         return hit
-    src = _left_operand(frame.f_code, frame.f_lasti)
-    if src is None:
-        out = False
-    elif src[0] == "const":
-        out = not isinstance(src[1], torch.Tensor)
-    else:
-        kind, name = src
-        if kind == "LOAD_GLOBAL" or (kind == "LOAD_NAME" and name not in frame.f_locals):
-            value = frame.f_globals.get(name, frame.f_builtins.get(name))
-        else:
-            value = frame.f_locals.get(name)
-        out = not isinstance(value, torch.Tensor)
+    left = _left_operand(frame.f_code, frame.f_lasti)
+    out = left is not None
+    for i in left or ():
+        if i.opname == "LOAD_CONST" and isinstance(i.argval, torch.Tensor):
+            out = False
+        elif i.opname in _LOADS:
+            name = i.argval
+            if i.opname in ("LOAD_GLOBAL", "LOAD_NAME") and name not in frame.f_locals:
+                value = frame.f_globals.get(name, frame.f_builtins.get(name))
+            else:
+                value = frame.f_locals.get(name)
+            if isinstance(value, torch.Tensor):
+                out = False
     _REFLECTED_SITES[key] = out
     return out
 
@@ -317,7 +318,8 @@ class _OpMode(TorchFunctionMode):
         if info[0] in ("Tensor", "Tensor?") and not info[1].startswith("__"):
             op = _operator_at(caller.f_code, caller.f_lasti)
             if op is not None:
-                reflected = _reflected_at(caller) if not op.startswith("i") else False
+                reflected = not op.startswith("i") and len(args) > 1 and \
+                    not isinstance(args[1], torch.Tensor) and _reflected_at(caller)
                 name = f"__{'r' if reflected else ''}{op}__"
                 info = ("Tensor", name) if name in _names.TENSOR else _PASS
             elif info[0] == "Tensor?":
@@ -402,7 +404,7 @@ class TorchAdapter:
         #: result of an unrecorded call (weak both ways: nothing is kept alive for the graph's sake)
         self._alias: dict[int, tuple[weakref.ref, weakref.ref]] = {}
         self._called: set[str] = set()  # module paths called this step
-        self._wrapped: dict[str, list[tuple[str, torch.Tensor]]] = {}
+        self._wrapped: dict[str, list[torch.Tensor]] = {}
 
     def end_step(self) -> None:
         with self._lock:
@@ -762,9 +764,9 @@ class TorchAdapter:
         A hook on the input itself would see its *total* gradient (every consumer's share); a hook on
         the module's alias sees the module's share only, which is what a full backward hook reports —
         and never fires when no gradient flows through the module."""
-        wrapped: list[tuple[str, torch.Tensor]] = []
+        wrapped: list[torch.Tensor] = []
 
-        def wrap(slot: str, t: Any) -> Any:
+        def wrap(t: Any) -> Any:
             if not isinstance(t, torch.Tensor) or not t.requires_grad:
                 return t
             v = t.view_as(t)
@@ -774,15 +776,14 @@ class TorchAdapter:
                 seen.handle, seen.producer = base.handle, base.producer
                 self._seen[id(v)] = seen
             self._alias[id(v)] = (weakref.ref(v), weakref.ref(t))
-            wrapped.append((slot, v))
+            wrapped.append(v)
             return v
 
-        new_args = tuple(wrap(f"input.{i}", a) for i, a in enumerate(args))
-        new_kwargs = {k: wrap(f"input.{k}", v) for k, v in kwargs.items()} if kwargs else kwargs
+        new_args = tuple(wrap(a) for a in args)  # positional inputs only, as a full backward hook
         if not wrapped:
             return None
         self._wrapped[name] = wrapped
-        return new_args, new_kwargs
+        return new_args, kwargs
 
     def _post_hook(self, want: bool) -> Callable:
         def post(mod, args, kwargs, output):
@@ -831,12 +832,16 @@ class TorchAdapter:
         base = f"Module.{path}.{cls}" if path else f"Module.{cls}"
         name = f"{base}.backward.{n}"
         scope = fwd.scope
-        for slot, t in _outputs(output, "input"):
+        # numbered as a full backward hook numbers them (msProbe): the output's tensors that need a
+        # gradient, flattened (a dict / ModelOutput included), and the positional inputs that do
+        k = 0
+        for _slot, t in _outputs(output, "input"):
             if t.requires_grad and t.grad_fn is not None:
-                self._step_handles.append(t.register_hook(self._module_grad(name, scope, fwd.name, slot, True)))
-        for slot, t in self._wrapped.pop(fwd.name, None) or ():  # the module's own aliases of its inputs
-            slot = "output" + slot[len("input"):]
-            self._step_handles.append(t.register_hook(self._module_grad(name, scope, fwd.name, slot, False)))
+                hook = self._module_grad(name, scope, fwd.name, f"input.{k}", True)
+                self._step_handles.append(t.register_hook(hook))
+                k += 1
+        for j, t in enumerate(self._wrapped.pop(fwd.name, None) or ()):  # the module's own input aliases
+            self._step_handles.append(t.register_hook(self._module_grad(name, scope, fwd.name, f"output.{j}", False)))
 
     def _module_grad(self, name, scope, pair, slot, is_input) -> Callable:
         def hook(grad):
