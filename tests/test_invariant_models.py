@@ -314,7 +314,9 @@ def test_first_nonfinite_names_the_op_that_ran_even_when_counters_shift(level):
             assert name == "Module.transformer.h.1.mlp.c_fc.Conv1D.forward.0" and slot == "output.0"
         else:
             assert name.startswith("Tensor.__mul__.") and node.scope == "transformer/h/1/mlp/c_fc", (name, node)
-            assert node.moved == [1]  # in step 0 this name was another multiplication
+            # the injected multiplications took names that stood for GELU's in step 0: noted as moved
+            moved = [n for n in dbg.graph if n.moved == [1] and n.scope == "transformer/h/1/mlp/c_fc"]
+            assert moved and all(n.name.startswith("Tensor.__mul__.") for n in moved), moved
             assert any("o = o * 1e38" in line or "test_invariant_models.py" in line for line in node.stack)
 
 
