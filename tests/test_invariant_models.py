@@ -10,6 +10,7 @@ it raises :class:`NotRetainedError` with a reason. The losses are bitwise those 
 from __future__ import annotations
 
 import copy
+import os
 
 import numpy as np
 import pytest
@@ -335,3 +336,29 @@ def test_inference_mode_under_a_debugger(level):
         np.testing.assert_array_equal(dbg.tensor(head, "output.0", step=0),
                                       used.numpy())
         check_step(dbg, 0)
+
+
+@pytest.mark.parametrize("level", ["L1", "mix"])
+def test_dump_entries_describe_the_values_used(level, tmp_path):
+    """A dump's BatchNorm entry holds the running statistics the op read (before its in-place update)
+    and the retained tensors agree with the dump's statistics."""
+    import glob
+    import json
+
+    from nbdebug.dump import attach_dump
+
+    model, batches, loss_fn, _ = build("cnn_bn")
+    before = model.bn.running_var.clone()
+    with nbdebug.Debugger(model, level=level) as dbg:
+        writer = attach_dump(dbg, str(tmp_path), config={"task": "tensor", "level": level})
+        train(model, batches[:1], loss_fn, False)
+        writer.close()
+        (path,) = glob.glob(str(tmp_path / "step0" / "*" / "dump.json"))
+        with open(path) as f:
+            entry = json.load(f)["data"]["Functional.batch_norm.0.forward"]
+        var = entry["input_args"][2]
+        assert var["Max"] == var["Min"] == float(before.max()) == 1.0  # not the updated running_var
+        data = torch.load(os.path.join(os.path.dirname(path), "dump_tensor_data", var["data_name"]),
+                          weights_only=True)
+        np.testing.assert_array_equal(data.numpy(), before.numpy())
+        np.testing.assert_array_equal(dbg.tensor("Functional.batch_norm.0.forward", "input.2", step=0), before)
