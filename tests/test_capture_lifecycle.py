@@ -79,3 +79,16 @@ def test_script_without_close_exits_quietly(level, tmp_path):
                        env=dict(os.environ, PYTHONPATH=REPO), cwd=str(tmp_path))
     assert r.returncode == 0 and r.stdout.strip() == "done", r.stderr
     assert "Exception ignored" not in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_close_right_after_an_interrupt_leaves_no_mode():
+    torch.manual_seed(0)
+    inner = Interruptible()
+    inner.interrupt_at = 1
+    model = nn.Sequential(inner, nn.Linear(4, 2))
+    with nbdebug.Debugger(model, level="mix") as dbg:
+        with pytest.raises(KeyboardInterrupt):
+            model(torch.randn(3, 4))
+        torch.ones(2) * 2  # the op that finds the interrupted call
+        assert dbg.step_index == 1
+    assert not torch.overrides._get_current_function_mode_stack()

@@ -362,6 +362,7 @@ class TorchAdapter:
         self.site: tuple | None = None  # call site of the op being recorded (set by the op mode)
         self._root_frame = None  # frame of the outermost module call in progress
         self._ok_frame = None  # last op caller frame known to be inside it
+        self._disarmed: dict[int, _OpMode] = {}  # thread -> mode left on its stack by an interrupt
         self.retain = retain
         self.retain_copy = retain_copy
         self.closed = False
@@ -448,12 +449,30 @@ class TorchAdapter:
         an ``Exception``, so ``always_call`` hooks are skipped): close the partial step on its own and
         leave the op mode, so that later unrelated code is not recorded into it."""
         self._root_frame = self._ok_frame = None
+        mode = self._modes.get(threading.get_ident())
+        if mode is not None and not any(m is mode for m in torch.overrides._get_current_function_mode_stack()):
+            # called from inside the mode's own dispatch (torch re-pushes it when we return): disarm it
+            # (it passes everything through); the next outermost module call takes it off
+            mode.armed = False
+            self._modes.pop(threading.get_ident())
+            self._disarmed[threading.get_ident()] = mode
         if len(self.session.recorder) and not self.closed:
             self.end_step()
         else:
             self._pop_mode()
             self._scope.clear()
             self.section = "forward"
+
+    def _drop_disarmed(self) -> None:
+        """Take a mode disarmed by :meth:`interrupted` off this thread's stack (now outside its dispatch)."""
+        mode = self._disarmed.pop(threading.get_ident(), None)
+        if mode is None:
+            return
+        stack = torch.overrides._get_current_function_mode_stack()
+        if stack and stack[-1] is mode:
+            mode.__exit__(None, None, None)
+        else:
+            mode.adapter = _Inert()
 
     # -- attach / detach --------------------------------------------------------------------------
     def _attach(self, model: torch.nn.Module) -> None:
@@ -493,9 +512,11 @@ class TorchAdapter:
             h.remove()
         self._handles, self._step_handles = [], []
         self._pop_mode()
-        for mode in self._modes.values():  # modes left on other (finished) threads pass through now
-            mode.adapter = _Inert()
+        self._drop_disarmed()  # this thread's, if any
+        for mode in list(self._modes.values()) + list(self._disarmed.values()):
+            mode.adapter = _Inert()  # modes left on other (finished) threads pass through now
         self._modes.clear()
+        self._disarmed.clear()
 
     # -- L1 mode management -----------------------------------------------------------------------
     def _push_mode(self) -> None:
@@ -514,16 +535,11 @@ class TorchAdapter:
         mode = self._modes.get(tid)
         if mode is None:
             return
+        del self._modes[tid]
         stack = torch.overrides._get_current_function_mode_stack()
         if stack and stack[-1] is mode:
-            del self._modes[tid]
             mode.__exit__(None, None, None)
-        elif not any(m is mode for m in stack):
-            # called from inside the mode's own dispatch (torch re-pushes it when we return): disarm it
-            # (it passes everything through) and take it off at the next push/pop outside a dispatch
-            mode.armed = False
         else:  # someone pushed a mode above ours: make ours inert instead of breaking their stack
-            del self._modes[tid]
             mode.adapter = _Inert()
 
     # -- recording --------------------------------------------------------------------------------
@@ -723,9 +739,8 @@ class TorchAdapter:
                 self.interrupted()  # the previous outermost call never returned (KeyboardInterrupt)
             if not self._scope:  # the outermost call: make sure the op mode is on in this thread
                 self._root_frame = sys._getframe(1)
-                mode = self._modes.get(threading.get_ident())
-                if mode is not None and not mode.armed:  # left disarmed by an interrupt: take it off
-                    self._pop_mode()
+                if self._disarmed:
+                    self._drop_disarmed()
                 self._push_mode()
             path, cls, leaf, inplace = self._module_info[id(mod)]
             self._called.add(path)
