@@ -89,8 +89,9 @@ class Args(nn.Module):
         idx = torch.argmax(h, dim=1)
         mask = h > 0
         d = h.double()
-        first = h[0:1, ...]
-        empty = h[:, 4:]
+        first = h * 1.0
+        first[0:1, ...] = 0.5  # msProbe hooks __setitem__, not __getitem__
+        empty = h.narrow(1, 4, 0)
         return h.sum() + first.sum() + d.sum().float() + idx.sum() + mask.sum() + empty.sum()
 
 
@@ -120,11 +121,11 @@ def test_value_descriptions_as_msprobe(tmp_path):
     assert mask["dtype"] == "torch.bool" and mask["Max"] is True and mask["Mean"] is None
     dbl = d["Tensor.double.0.forward"]["output"][0]
     assert dbl["dtype"] == "torch.float64" and dbl["Mean"] is None and dbl["Norm"] is None and dbl["Max"] is not None
-    first = d["Tensor.__getitem__.0.forward"]["input_args"][1]
+    first = d["Tensor.__setitem__.0.forward"]["input_args"][1]
     assert first == [{"type": "slice", "value": [0, 1, None]}, {"type": "ellipsis", "value": "..."}]
     scalar = d["Tensor.sum.0.forward"]["output"][0]
     assert scalar["shape"] == [] and scalar["Max"] == scalar["Min"] == scalar["Mean"] == scalar["Norm"]
-    empty = d["Tensor.__getitem__.1.forward"]["output"][0]
+    empty = d["Tensor.narrow.0.forward"]["output"][0]
     assert empty["shape"] == [2, 0] and [empty[k] for k in ("Max", "Min", "Mean", "Norm")] == [None] * 4
     assert d["Functional.linear.0.backward"]["output"][1] is None  # x needs no gradient: null, as msProbe
 

@@ -17,6 +17,7 @@ Nothing is monkeypatched: closing removes every hook handle and pops the mode.
 
 from __future__ import annotations
 
+import atexit
 import dis
 import sys
 import threading
@@ -26,12 +27,14 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
+import torch.nn.functional as _F
 import torch.optim.optimizer as _optim
 from torch.overrides import TorchFunctionMode
 from torch.utils.hooks import RemovableHandle
 
 from ..session.session import Session
 from ..session.store import NotRetainedError, TensorStore
+from . import torch_api_names as _names
 from .torch_stats import StatsBuffer
 
 LEVELS = ("L0", "L1", "mix")
@@ -51,8 +54,40 @@ _SKIP_NAMES = frozenset({
 })
 
 
+# Ops that write into arguments other than the first without bumping their version counter:
+# (prefix, api) -> positions / keyword names of those arguments (copied before the op runs).
+_MUTATED_ARGS: dict[tuple[str, str], tuple[Any, ...]] = {
+    ("Functional", "batch_norm"): (1, 2, "running_mean", "running_var"),
+    ("Functional", "instance_norm"): (1, 2, "running_mean", "running_var"),
+    ("Torch", "batch_norm"): (3, 4, "running_mean", "running_var"),
+    ("Torch", "instance_norm"): (3, 4, "running_mean", "running_var"),
+    ("Torch", "_amp_foreach_non_finite_check_and_unscale_"): (1, "found_inf"),
+    ("Torch", "_amp_update_scale_"): (1, "growth_tracker"),
+}
+
+
+def mutated_args(info: tuple[str, str], args: tuple, kwargs: dict) -> list[torch.Tensor]:
+    """Tensors an op overwrites besides its first argument (BatchNorm running statistics ...)."""
+    where = _MUTATED_ARGS.get(info)
+    if where is None:
+        return []
+    out = []
+    for w in where:
+        t = args[w] if isinstance(w, int) and w < len(args) else kwargs.get(w) if isinstance(w, str) else None
+        if isinstance(t, torch.Tensor):
+            out.append(t)
+    return out
+
+
+_PASS = ("", "")  # a torch call msProbe does not record: runs unrecorded, its result keeps its input's producer
+
+
 def _api_prefix(func: Any) -> tuple[str, str] | None:
-    """(msProbe prefix, api name) for a function seen by the mode, or None when not an op."""
+    """(msProbe prefix, api name) for a function seen by the mode; ``_PASS`` for a torch call msProbe does
+    not record (not in its support list); None when not an op at all (metadata, leaves torch).
+
+    ``("Tensor?", name)``: a Tensor method msProbe records only when reached through an operator
+    (``x // y`` reaches the mode as ``floor_divide``; msProbe hooks ``__floordiv__``)."""
     name = getattr(func, "__name__", None)
     if name is None or name in _SKIP_NAMES:
         return None
@@ -60,18 +95,24 @@ def _api_prefix(func: Any) -> tuple[str, str] | None:
     mod = getattr(func, "__module__", None) or ""
     if qual.startswith(("TensorBase.", "Tensor.", "_TensorBase.")) or isinstance(
             func, (types.MethodDescriptorType, types.WrapperDescriptorType)):
-        return "Tensor", name
-    if mod in ("torch.nn.functional", "torch._C._nn"):
-        return "Functional", name
+        # operators (``x + y`` reaches the mode as ``add``) are renamed at the call site
+        if name in _names.TENSOR:
+            return "Tensor", name
+        return _PASS if name.startswith("__") else ("Tensor?", name)
+    if mod in ("torch.nn.functional", "torch._C._nn") or getattr(_F, name, None) is func:
+        # ``F.conv2d`` is ``torch.conv2d`` (one builtin): msProbe hooks it as Functional
+        if name in _names.FUNCTIONAL:
+            return "Functional", name
     if mod.startswith("torch.distributed"):
-        return "Distributed", name
+        return ("Distributed", name) if name in _names.DISTRIBUTED else _PASS
+    if mod == "torch._VF" or mod.startswith("torch._C._VariableFunctions") and name in _names.VF:
+        if name in _names.VF:
+            return "VF", name
     if mod in ("torch", "torch.functional", "torch._C._VariableFunctions", "torch.random") or \
             qual.startswith("_VariableFunctionsClass.") or mod.startswith(
                 ("torch._C._linalg", "torch.linalg", "torch._C._fft", "torch.fft", "torch._C._special",
-                 "torch.special")):
-        return "Torch", name
-    if mod == "torch._VF" or mod.startswith("torch._C._VariableFunctions"):
-        return "VF", name
+                 "torch.special", "torch.nn.functional", "torch._C._nn")):
+        return ("Torch", name) if name in _names.TORCH else _PASS
     return None
 
 
@@ -112,6 +153,17 @@ def _user_stack(limit: int = 8) -> list[str]:
     return out
 
 
+_NO_VERSION = iter(range(-1, -(1 << 62), -1))
+
+
+def _version_of(t: torch.Tensor) -> int:
+    """``t._version``; inference tensors have none: a fresh negative number (never equal to another)."""
+    try:
+        return t._version
+    except RuntimeError:  # "Inference tensors do not track version counter"
+        return next(_NO_VERSION)
+
+
 class TorchRef:
     """Retention handle: a reference (checked against in-place edits) or a private copy."""
 
@@ -119,9 +171,10 @@ class TorchRef:
 
     def __init__(self, t: torch.Tensor, copy: bool) -> None:
         with torch._C.DisableTorchFunction():
+            self.version = _version_of(t)
+            copy = copy or self.version < 0  # no version counter: in-place edits are invisible, keep a copy
             self.copied = copy
             self.tensor = t.detach().clone() if copy else t.detach()
-            self.version = t._version
             self.nbytes = t.numel() * t.element_size()
 
     def snapshot(self) -> None:
@@ -185,28 +238,109 @@ def _operator_at(code: Any, lasti: int) -> str | None:
     return name
 
 
+_REFLECTED_SITES: dict[tuple[Any, int], Any] = {}
+_LOADS = ("LOAD_FAST", "LOAD_DEREF", "LOAD_GLOBAL", "LOAD_NAME", "LOAD_CLASSDEREF")
+
+
+def _left_operand(code: Any, lasti: int) -> list[Any] | None:
+    """The instructions that compute the left operand of the binary operator at ``lasti`` (None when the
+    bytecode does not let us tell: jumps inside the operands, unknown stack effects)."""
+    ins = list(dis.get_instructions(code))
+    idx = next((k for k, i in enumerate(ins) if i.offset == lasti), None)
+    if idx is None:
+        return None
+    bounds = []
+    end, net = idx, 0
+    for j in range(idx - 1, -1, -1):  # walk back over the right operand, then over the left one
+        i = ins[j]
+        if i.is_jump_target or i.opcode in dis.hasjrel or i.opcode in dis.hasjabs:
+            return None
+        try:
+            net += dis.stack_effect(i.opcode, i.arg if i.opcode >= dis.HAVE_ARGUMENT else None)
+        except ValueError:
+            return None
+        if net == 1:
+            bounds.append((j, end))
+            if len(bounds) == 2:
+                return ins[j:end]
+            end, net = j, 0
+    return None
+
+
+def _reflected_at(frame: Any) -> bool:
+    """Whether the binary operator running in ``frame`` — a tensor and a Python scalar — has the scalar on
+    its left (``0.5 * h``, ``math.sqrt(2) * h``: msProbe's ``Tensor.__rmul__``). Decided once per call
+    site from the bytecode: the left operand is the tensor if it reads a variable holding a tensor."""
+    key = (frame.f_code, frame.f_lasti)
+    hit = _REFLECTED_SITES.get(key)
+    if hit is not None:
+        return hit
+    left = _left_operand(frame.f_code, frame.f_lasti)
+    out = left is not None
+    for i in left or ():
+        if i.opname == "LOAD_CONST" and isinstance(i.argval, torch.Tensor):
+            out = False
+        elif i.opname in _LOADS:
+            name = i.argval
+            if i.opname in ("LOAD_GLOBAL", "LOAD_NAME") and name not in frame.f_locals:
+                value = frame.f_globals.get(name, frame.f_builtins.get(name))
+            else:
+                value = frame.f_locals.get(name)
+            if isinstance(value, torch.Tensor):
+                out = False
+    _REFLECTED_SITES[key] = out
+    return out
+
+
 class _OpMode(TorchFunctionMode):
     """Sees every torch-level call while pushed on the training thread."""
 
     def __init__(self, adapter: TorchAdapter) -> None:
         super().__init__()
         self.adapter = adapter
+        self.armed = True
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         a = self.adapter
-        if not a.capturing or a.busy:
+        if not a.capturing or a.busy or not self.armed:
             return func(*args, **kwargs)
         info = a.api_info(func)
         if info is None or torch._C._current_autograd_node() is not None:
             return func(*args, **kwargs)
-        if info[0] == "Tensor" and not info[1].startswith("__"):
-            caller = sys._getframe(1)
+        caller = sys._getframe(1)
+        if a._scope and caller is not a._ok_frame:  # inside a module call, or left one by an interrupt?
+            if not a._root_alive(caller):
+                a.interrupted()
+                return func(*args, **kwargs)
+            a._ok_frame = caller
+        a.site = (caller.f_code, caller.f_lasti)  # the call site: a node's identity (see Session.node)
+        if info[0] in ("Tensor", "Tensor?") and not info[1].startswith("__"):
             op = _operator_at(caller.f_code, caller.f_lasti)
             if op is not None:
-                reflected = bool(args) and not isinstance(args[0], torch.Tensor)
-                info = ("Tensor", f"__{'r' if reflected and not op.startswith('i') else ''}{op}__")
+                reflected = not op.startswith("i") and len(args) > 1 and \
+                    not isinstance(args[1], torch.Tensor) and _reflected_at(caller)
+                name = f"__{'r' if reflected else ''}{op}__"
+                info = ("Tensor", name) if name in _names.TENSOR else _PASS
+            elif info[0] == "Tensor?":
+                info = _PASS
+        if info is _PASS:
+            return a.pass_op(func, args, kwargs)
         return a.run_op(info, func, args, kwargs)
+
+
+_LIVE: weakref.WeakSet = weakref.WeakSet()
+
+
+@atexit.register
+def _close_at_exit() -> None:
+    """Detach every live adapter while the interpreter still works (not from a weakref callback during
+    teardown, when module globals are gone)."""
+    for adapter in list(_LIVE):
+        try:
+            adapter.close()
+        except Exception:  # pragma: no cover - best effort at exit
+            pass
 
 
 class TorchAdapter:
@@ -225,6 +359,10 @@ class TorchAdapter:
         self.model_class = type(model).__name__
         self.capturing = True
         self.busy = False
+        self.site: tuple | None = None  # call site of the op being recorded (set by the op mode)
+        self._root_frame = None  # frame of the outermost module call in progress
+        self._ok_frame = None  # last op caller frame known to be inside it
+        self._disarmed: dict[int, _OpMode] = {}  # thread -> mode left on its stack by an interrupt
         self.retain = retain
         self.retain_copy = retain_copy
         self.closed = False
@@ -245,6 +383,7 @@ class TorchAdapter:
         self._new_step_state()
         self._attach(model)
         session.raw_source = self.buf.raw
+        _LIVE.add(self)
 
     # -- step state -------------------------------------------------------------------------------
     def _new_step_state(self) -> None:
@@ -262,6 +401,11 @@ class TorchAdapter:
         self._opt_calls = 0
         self._pgrad_calls: dict[tuple[str, str], int] = {}
         self._pgrad_last: dict[str, tuple[str, str]] = {}
+        #: id(tensor) -> (ref to it, ref to the tensor it stands for): a module's alias of its input, the
+        #: result of an unrecorded call (weak both ways: nothing is kept alive for the graph's sake)
+        self._alias: dict[int, tuple[weakref.ref, weakref.ref]] = {}
+        self._called: set[str] = set()  # module paths called this step
+        self._wrapped: dict[str, list[torch.Tensor]] = {}
 
     def end_step(self) -> None:
         with self._lock:
@@ -290,6 +434,46 @@ class TorchAdapter:
             self._scope.clear()
             self.section = "forward"
 
+    # -- interrupted calls -------------------------------------------------------------------------
+    def _root_alive(self, frame) -> bool:
+        """Whether the outermost module call is still on ``frame``'s stack."""
+        root = self._root_frame
+        while frame is not None:
+            if frame is root:
+                return True
+            frame = frame.f_back
+        return False
+
+    def interrupted(self) -> None:
+        """The outermost module call was left without its hooks running (a ``KeyboardInterrupt`` is not
+        an ``Exception``, so ``always_call`` hooks are skipped): close the partial step on its own and
+        leave the op mode, so that later unrelated code is not recorded into it."""
+        self._root_frame = self._ok_frame = None
+        mode = self._modes.get(threading.get_ident())
+        if mode is not None and not any(m is mode for m in torch.overrides._get_current_function_mode_stack()):
+            # called from inside the mode's own dispatch (torch re-pushes it when we return): disarm it
+            # (it passes everything through); the next outermost module call takes it off
+            mode.armed = False
+            self._modes.pop(threading.get_ident())
+            self._disarmed[threading.get_ident()] = mode
+        if len(self.session.recorder) and not self.closed:
+            self.end_step()
+        else:
+            self._pop_mode()
+            self._scope.clear()
+            self.section = "forward"
+
+    def _drop_disarmed(self) -> None:
+        """Take a mode disarmed by :meth:`interrupted` off this thread's stack (now outside its dispatch)."""
+        mode = self._disarmed.pop(threading.get_ident(), None)
+        if mode is None:
+            return
+        stack = torch.overrides._get_current_function_mode_stack()
+        if stack and stack[-1] is mode:
+            mode.__exit__(None, None, None)
+        else:
+            mode.adapter = _Inert()
+
     # -- attach / detach --------------------------------------------------------------------------
     def _attach(self, model: torch.nn.Module) -> None:
         want_modules = self.level in ("L0", "mix")
@@ -301,20 +485,19 @@ class TorchAdapter:
             self._handles.append(mod.register_forward_pre_hook(self._pre_hook(want_modules), with_kwargs=True))
             self._handles.append(mod.register_forward_hook(self._post_hook(want_modules), with_kwargs=True,
                                                            always_call=True))
-        owners = {}
+        owners: dict[int, list[tuple[str, str, str]]] = {}  # tied weights have several owners
         for path, mod in model.named_modules():
             for local, p in mod.named_parameters(recurse=False):
-                if id(p) not in owners:
-                    owners[id(p)] = (path, type(mod).__name__, local)
+                owners.setdefault(id(p), []).append((path, type(mod).__name__, local))
             for local, b in mod.named_buffers(recurse=False):
                 if b is not None:
                     q = f"{path}.{local}" if path else local
                     self._buffer_info[id(b)] = (weakref.ref(b), q)
         for qual, p in model.named_parameters():
-            path, cls, local = owners[id(p)]
+            path, cls, _local = owners[id(p)][0]
             self._param_info[id(p)] = (weakref.ref(p), qual, path, cls)
             if p.requires_grad:
-                self._handles.append(p.register_post_accumulate_grad_hook(self._grad_hook(qual, path, cls, local)))
+                self._handles.append(p.register_post_accumulate_grad_hook(self._grad_hook(qual, owners[id(p)])))
             if self.retain:
                 self.session.store.offer((f"Parameter.{qual}", "output.0"), TorchRef(p, copy=True), "initial")
         self._handles.append(_optim.register_optimizer_step_pre_hook(self._opt_pre))
@@ -329,24 +512,30 @@ class TorchAdapter:
             h.remove()
         self._handles, self._step_handles = [], []
         self._pop_mode()
-        for mode in self._modes.values():  # modes left on other (finished) threads pass through now
-            mode.adapter = _Inert()
+        self._drop_disarmed()  # this thread's, if any
+        for mode in list(self._modes.values()) + list(self._disarmed.values()):
+            mode.adapter = _Inert()  # modes left on other (finished) threads pass through now
         self._modes.clear()
+        self._disarmed.clear()
 
     # -- L1 mode management -----------------------------------------------------------------------
     def _push_mode(self) -> None:
         if self.level == "L0" or self.closed:
             return
         tid = threading.get_ident()
-        if tid not in self._modes:
+        mode = self._modes.get(tid)
+        if mode is None:
             mode = _OpMode(self)
             mode.__enter__()
             self._modes[tid] = mode
+        mode.armed = True
 
     def _pop_mode(self) -> None:
-        mode = self._modes.pop(threading.get_ident(), None)
+        tid = threading.get_ident()
+        mode = self._modes.get(tid)
         if mode is None:
             return
+        del self._modes[tid]
         stack = torch.overrides._get_current_function_mode_stack()
         if stack and stack[-1] is mode:
             mode.__exit__(None, None, None)
@@ -373,7 +562,7 @@ class TorchAdapter:
         ``origin``: an input nobody produced becomes a parameter/constant/input node (forward only).
         """
         tid = id(t)
-        ver = t._version
+        ver = _version_of(t)
         seen = self._seen.get(tid)
         if seen is None or seen.version != ver or seen.ref() is not t:
             row, dtype, why = self.buf.add(t)
@@ -412,6 +601,17 @@ class TorchAdapter:
 
     def _origin(self, t: torch.Tensor) -> tuple[str, str]:
         """A tensor nobody produced this step: a parameter, a buffer (constant) or an input."""
+        alias = self._alias.get(id(t))
+        base = alias[1]() if alias is not None and alias[0]() is t else None
+        if base is not None:  # a module's alias of its input / an unrecorded call's result: the input's origin
+            seen = self._seen.get(id(base))
+            seen = seen if seen is not None and seen.ref() is base else None
+            if seen is not None and seen.producer is not None:
+                return seen.producer
+            producer = self._origin(base)
+            if seen is not None:
+                seen.producer = producer
+            return producer
         info = self._param_info.get(id(t))
         if info is not None and info[0]() is t:
             return self._param_node(t, info), "output.0"
@@ -455,6 +655,14 @@ class TorchAdapter:
                 self.busy = False
 
     # -- L1 ---------------------------------------------------------------------------------------
+    def pass_op(self, func, args, kwargs):
+        """Run a torch call msProbe does not record; its tensor result keeps the producer of its first
+        tensor argument (a ``contiguous()`` copy, a ``x[0]`` view) so the graph stays connected."""
+        out = func(*args, **kwargs)
+        if isinstance(out, torch.Tensor) and args and isinstance(args[0], torch.Tensor) and out is not args[0]:
+            self._alias[id(out)] = (weakref.ref(out), weakref.ref(args[0]))
+        return out
+
     def run_op(self, info: tuple[str, str], func, args, kwargs):
         prefix, api = info
         inplace = (api.endswith("_") and not api.endswith("__")) or api in (
@@ -468,15 +676,19 @@ class TorchAdapter:
                 name = f"{prefix}.{api}.{count}.forward"
                 section = self.section
                 scope = "optimizer" if section == "optimizer" else self._scope_str()
+                site, self.site = (scope, self.site), None
                 node = self.session.node(name, kind="op", op_type=api, scope=scope, section=section,
-                                         stack=_user_stack, pair=f"{prefix}.{api}.{count}.backward")
+                                         stack=_user_stack, pair=f"{prefix}.{api}.{count}.backward", site=site)
                 for slot, t in _args_tensors(args, kwargs):
                     self._slot(node, slot, t, as_input=True)
-                if inplace:
-                    for _, t in _args_tensors(args[:1], kwargs.get("out") and {"out": kwargs["out"]}):
-                        seen = self._seen.get(id(t))
-                        if seen is not None and seen.handle is not None:
-                            seen.handle.snapshot()
+                targets = [t for _, t in _args_tensors(args[:1], kwargs.get("out") and {"out": kwargs["out"]})] \
+                    if inplace else []
+                if info in _MUTATED_ARGS:
+                    targets += mutated_args(info, args, kwargs)
+                for t in targets:
+                    seen = self._seen.get(id(t))
+                    if seen is not None and seen.handle is not None:
+                        seen.handle.snapshot()
         finally:
             self.busy = False
         out = func(*args, **kwargs)
@@ -523,9 +735,15 @@ class TorchAdapter:
         def pre(mod, args, kwargs):
             if not self.capturing or self.busy:
                 return None
+            if self._scope and not self._root_alive(sys._getframe(1)):
+                self.interrupted()  # the previous outermost call never returned (KeyboardInterrupt)
             if not self._scope:  # the outermost call: make sure the op mode is on in this thread
+                self._root_frame = sys._getframe(1)
+                if self._disarmed:
+                    self._drop_disarmed()
                 self._push_mode()
             path, cls, leaf, inplace = self._module_info[id(mod)]
+            self._called.add(path)
             self._scope.append(path.replace(".", "/"))
             if not want or not path:  # msProbe does not name the root module; neither do we
                 return None
@@ -547,19 +765,50 @@ class TorchAdapter:
                         pname = self._param_node(p, self._param_info[id(p)])
                         self._slot(node, f"parameters.{local}", p, as_input=False, copy=True)
                         self.session.graph.add_edge(pname, name, "output.0", f"parameters.{local}")
+                    if not inplace and torch.is_grad_enabled():
+                        return self._wrap_inputs(name, args, kwargs)
             finally:
                 self.busy = False
             return None
 
         return pre
 
+    def _wrap_inputs(self, name: str, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
+        """Give the module its own alias (a view) of each input that needs a gradient.
+
+        A hook on the input itself would see its *total* gradient (every consumer's share); a hook on
+        the module's alias sees the module's share only, which is what a full backward hook reports —
+        and never fires when no gradient flows through the module."""
+        wrapped: list[torch.Tensor] = []
+
+        def wrap(t: Any) -> Any:
+            if not isinstance(t, torch.Tensor) or not t.requires_grad:
+                return t
+            v = t.view_as(t)
+            base = self._seen.get(id(t))
+            if base is not None:
+                seen = _Seen(weakref.ref(v), _version_of(v), base.row, base.dtype, base.why)
+                seen.handle, seen.producer = base.handle, base.producer
+                self._seen[id(v)] = seen
+            self._alias[id(v)] = (weakref.ref(v), weakref.ref(t))
+            wrapped.append(v)
+            return v
+
+        new_args = tuple(wrap(a) for a in args)  # positional inputs only, as a full backward hook
+        if not wrapped:
+            return None
+        self._wrapped[name] = wrapped
+        return new_args, kwargs
+
     def _post_hook(self, want: bool) -> Callable:
         def post(mod, args, kwargs, output):
             if self._scope and not self.busy:
                 self._scope.pop()
+                if not self._scope:  # the outermost call returned
+                    self._root_frame = self._ok_frame = None
             if not want or not self.capturing or self.busy:
                 return None
-            path, cls, leaf, _ = self._module_info[id(mod)]
+            path, cls, leaf, inplace = self._module_info[id(mod)]
             if not path:
                 return None
             calls = self._module_calls.get(id(mod))
@@ -582,7 +831,7 @@ class TorchAdapter:
                             s = self._seen.get(id(t))
                             if s is not None and s.producer is not None and s.producer[0] != name:
                                 self.session.graph.add_edge(s.producer[0], name, s.producer[1], slot)
-                    self._module_bwd_hooks(path, cls, n, node, args, kwargs, output)
+                    self._module_bwd_hooks(path, cls, n, node, args, kwargs, output, inplace)
                     if self.tap is not None:
                         self._calls[name] = (args, kwargs, output)
             finally:
@@ -592,17 +841,22 @@ class TorchAdapter:
 
         return post
 
-    def _module_bwd_hooks(self, path, cls, n, fwd, args, kwargs, output) -> None:
+    def _module_bwd_hooks(self, path, cls, n, fwd, args, kwargs, output, inplace) -> None:
+        if inplace:  # msProbe's full backward hook never reports a module that overwrites its input
+            return
         base = f"Module.{path}.{cls}" if path else f"Module.{cls}"
         name = f"{base}.backward.{n}"
         scope = fwd.scope
-        for slot, t in _outputs(output, "input"):
+        # numbered as a full backward hook numbers them (msProbe): the output's tensors that need a
+        # gradient, flattened (a dict / ModelOutput included), and the positional inputs that do
+        k = 0
+        for _slot, t in _outputs(output, "input"):
             if t.requires_grad and t.grad_fn is not None:
-                self._step_handles.append(t.register_hook(self._module_grad(name, scope, fwd.name, slot, True)))
-        for slot, t in _args_tensors(args, kwargs):
-            slot = "output" + slot[len("input"):]
-            if t.requires_grad:
-                self._step_handles.append(t.register_hook(self._module_grad(name, scope, fwd.name, slot, False)))
+                hook = self._module_grad(name, scope, fwd.name, f"input.{k}", True)
+                self._step_handles.append(t.register_hook(hook))
+                k += 1
+        for j, t in enumerate(self._wrapped.pop(fwd.name, None) or ()):  # the module's own input aliases
+            self._step_handles.append(t.register_hook(self._module_grad(name, scope, fwd.name, f"output.{j}", False)))
 
     def _module_grad(self, name, scope, pair, slot, is_input) -> Callable:
         def hook(grad):
@@ -626,28 +880,39 @@ class TorchAdapter:
         return self.session.node(name, kind=kind, op_type=op_type, scope=scope, section="backward", pair=pair)
 
     # -- parameter gradients ----------------------------------------------------------------------
-    def _grad_hook(self, qual, path, cls, local) -> Callable:
-        base = f"Module.{path}.{cls}.parameters_grad" if path else f"Module.{cls}.parameters_grad"
-        scope = path.rpartition(".")[0].replace(".", "/") if path else ""
+    def _grad_hook(self, qual: str, owners: list[tuple[str, str, str]]) -> Callable:
+        """One ``parameters_grad`` entry per owning module called this step (tied weights: each owner),
+        as msProbe writes them: a parameter used without a call of its module has none at L0/mix (at L1,
+        where no module call is recorded, it is recorded under its first owner)."""
+        slots = []
+        for path, cls, local in owners:
+            base = f"Module.{path}.{cls}.parameters_grad" if path else f"Module.{cls}.parameters_grad"
+            slots.append((path, base, path.rpartition(".")[0].replace(".", "/") if path else "", local))
 
         def hook(p):
             if not self.capturing or p.grad is None:
                 return
-            with torch._C.DisableTorchFunction():
-                n = self._pgrad_calls.get((base, local), 0)  # one more backward into this parameter
-                self._pgrad_calls[(base, local)] = n + 1
-                name = f"{base}.{n}"
-                self._pgrad_last[qual] = (name, local)
-                if name in self._bwd_started:
-                    node = self.session.graph.nodes[name]
-                else:
-                    self._bwd_started.add(name)
-                    node = self.session.node(name, kind="parameter", op_type="parameters_grad", scope=scope,
-                                             section="backward")
-                seen = self._slot(node, local, p.grad, as_input=False)
-                seen.producer = (name, local)
-                self.session.graph.add_edge(f"Parameter.{qual}", name, "output.0", local)
-            self._emit_node(node)
+            called = [o for o in slots if o[0] in self._called]
+            if not called and self.level == "L1":  # no module calls are recorded: the first owner
+                called = slots[:1]
+            for _path, base, scope, local in called:
+                with torch._C.DisableTorchFunction():
+                    n = self._pgrad_calls.get((base, local), 0)  # one more backward into this parameter
+                    self._pgrad_calls[(base, local)] = n + 1
+                    name = f"{base}.{n}"
+                    self._pgrad_last[qual] = (name, local)
+                    if name in self._bwd_started:
+                        node = self.session.graph.nodes[name]
+                    else:
+                        self._bwd_started.add(name)
+                        node = self.session.node(name, kind="parameter", op_type="parameters_grad", scope=scope,
+                                                 section="backward")
+                    seen = self._slot(node, local, p.grad, as_input=False)
+                    if seen.producer is None:
+                        seen.producer = (name, local)
+                    if f"Parameter.{qual}" in self.session.graph.nodes:  # L0: used without a module call
+                        self.session.graph.add_edge(f"Parameter.{qual}", name, "output.0", local)
+                self._emit_node(node)
 
         return hook
 

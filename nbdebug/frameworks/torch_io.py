@@ -36,6 +36,7 @@ import numpy as np
 import torch
 
 from .encode import describe_plain
+from .torch_adapter import mutated_args
 
 _INPLACE_DUNDERS = frozenset({
     "__iadd__", "__isub__", "__imul__", "__itruediv__", "__setitem__", "__ifloordiv__", "__imod__", "__ipow__",
@@ -232,9 +233,9 @@ class TorchIO:
         original = type(a).run_op.__get__(a)
 
         def run_op(info, func, args, kwargs):  # same signature as TorchAdapter.run_op
-            if self._inplace(info[1], kwargs):
-                for t in self._inplace_targets(args, kwargs):
-                    self._pre[id(t)] = (t, snap(t))
+            targets = self._inplace_targets(args, kwargs) if self._inplace(info[1], kwargs) else []
+            for t in targets + mutated_args(info, args, kwargs):
+                self._pre[id(t)] = (t, snap(t))
             try:
                 return original(info, func, args, kwargs)
             finally:

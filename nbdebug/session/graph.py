@@ -40,6 +40,11 @@ class Node:
     pair: str | None = None
     #: the graph file a kernel node comes from (MindSpore GRAPH mode), for the panel's filter
     graph: str | None = None
+    #: the call site an op name last stood for (adapter-defined key: scope + code location); when the
+    #: same name later stands for another call site (an op that runs in some steps only shifts the
+    #: counters), the node's scope and stack follow it and ``moved`` lists the steps where that happened
+    site: Any = field(default=None, repr=False, compare=False)
+    moved: list[int] = field(default_factory=list, repr=False, compare=False)
 
     @property
     def scope_path(self) -> tuple[str, ...]:

@@ -50,6 +50,34 @@ class RawRows:
         return row
 
 
+def numpy_raw(arr: np.ndarray) -> np.ndarray:
+    """The raw reduction row of a host array (the adapters' reduction, NaN propagating), for checks.
+
+    >>> numpy_raw(np.array([1.0, -2.0, 0.0])).tolist()
+    [1.0, -2.0, -1.0, 3.0, 5.0, 1.0, 0.0, 0.0, 0.0]
+    """
+    x = np.asarray(arr)
+    if x.dtype == np.bool_:
+        x = x.astype(np.uint8)
+    x = x.astype(np.float64, copy=False).ravel()
+    if not x.size:
+        return np.array([np.nan, np.nan] + [0.0] * 7)
+    with np.errstate(invalid="ignore", over="ignore"):
+        nans = np.isnan(x)
+        return np.array([x.max(), x.min(), x.sum(), np.abs(x).sum(), (x * x).sum(), float((x == 0).sum()),
+                         float(nans.sum()), float((x == np.inf).sum()), float((x == -np.inf).sum())])
+
+
+def same_stats(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two :data:`FIELDS` rows describe the same value (extrema and counts exact, sums to rounding)."""
+    exact = [0, 1, 5, 6, 7, 8, 9]
+    ea, eb = a[exact], b[exact]
+    if not np.array_equal(ea, eb, equal_nan=True):
+        return False
+    scale = abs(float(b[3])) if np.isfinite(b[3]) else 0.0  # abs_mean: the size of the rounding of a mean
+    return bool(np.allclose(a[2:5], b[2:5], rtol=1e-5, atol=1e-6 * scale + 1e-30, equal_nan=True))
+
+
 def raw_to_fields(raw: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """Convert raw reduction rows (sums) into :data:`FIELDS` rows (means, norm, count)."""
     out = np.empty((raw.shape[0], len(FIELDS)))
@@ -143,8 +171,12 @@ class Session:
 
     # -- writing (adapters) -----------------------------------------------------------------------
     def node(self, name: str, *, kind: str, op_type: str, scope: str = "", section: str = "forward",
-             stack: Callable[[], list[str]] | None = None, pair: str | None = None) -> Node:
-        """Register that ``name`` executed now; returns its node with ``order`` set."""
+             stack: Callable[[], list[str]] | None = None, pair: str | None = None, site: Any = None) -> Node:
+        """Register that ``name`` executed now; returns its node with ``order`` set.
+
+        ``site``: a key of the call site (ops named by a per-step counter): when it differs from the
+        node's, the name now stands for another op — the node takes the new scope and stack, and the
+        step is noted in ``node.moved``."""
         if self.store_step != self.step_index:
             self.store.rotate()
             if self.store_step != self.step_index - 1:  # a step without values in between
@@ -154,6 +186,16 @@ class Session:
         if node is None:
             node = self.graph.add_node(name, kind=kind, op_type=op_type, scope=scope, section=section,
                                        stack=stack() if stack else None, pair=pair)
+            node.site = site
+        elif site is not None and node.site != site:
+            if node.site is not None:
+                node.moved.append(self.step_index)
+                node.scope = scope
+                node.section = section
+                if stack is not None:
+                    node.stack = stack()
+                self.graph.version += 1
+            node.site = site
         node.order = self.order
         self.order += 1
         return node
@@ -250,7 +292,32 @@ class Session:
             raise NotRetainedError(
                 f"{node} {slot}: values are kept for the current ({self.store_step}) and previous step "
                 f"only; step {idx} has statistics but no retained value")
-        return self.store.get(key, which)
+        arr = self.store.get(key, which)
+        self._verify(key, idx, arr)
+        return arr
+
+    def _verify(self, key: tuple[str, str], idx: int, arr: np.ndarray) -> None:
+        """Refuse a retained value that is no longer the one its statistics describe.
+
+        Some kernels write into tensors without bumping their version counter (BatchNorm's running
+        statistics, ``GradScaler.unscale_`` on gradients): a reference kept at capture time then shows a
+        later value. The statistics were computed at capture, so comparing them catches it."""
+        if idx in self.steps:
+            table = self.steps[idx]
+        elif idx == self.step_index:
+            table = self.node_table(key[0])
+        else:
+            return
+        i = table.index.get(key)
+        if i is None or i in table.unsupported or tuple(arr.shape) != tuple(table.shapes[i]):
+            return
+        got = raw_to_fields(numpy_raw(arr)[None, :], np.asarray([float(arr.size)]))[0]
+        if not same_stats(got, table.values[i]):
+            raise NotRetainedError(
+                f"{key[0]} {key[1]}: the tensor was changed in place after it was used, by an operation that "
+                "does not bump its version counter (e.g. a BatchNorm running-statistics update or "
+                "GradScaler.unscale_ on gradients), and no copy was kept: the value used is gone; its "
+                "statistics are still exact")
 
     def _check_key(self, node: str, slot: str) -> None:
         if node not in self.graph.nodes:
