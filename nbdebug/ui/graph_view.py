@@ -58,7 +58,7 @@ class GraphView:
     """
 
     def __init__(self, source: Any, on_select: Callable[[str], Any] = lambda name: None,
-                 height: int = 420) -> None:
+                 height: int = 520) -> None:
         self.source = source if isinstance(source, SourceView) else SourceView(source)
         self.on_select = on_select
         self.feed = GraphFeed()
