@@ -391,19 +391,13 @@ class GraphFeed:
 
 def error_node(source: Any) -> str | None:
     """The node a failed training run was at: the source's ``error_node`` when it has one, else (state
-    ``failed``) the last node recorded before the failure (in the step in progress, or in the step the
-    failure closed)."""
+    ``failed``) the op that ran last (:attr:`SourceView.failed_node`, the one the header names too)."""
     explicit = getattr(getattr(source, "obj", source), "error_node", None)
     if isinstance(explicit, str):
         return explicit
     if str(getattr(source, "state", "")) not in ("failed", "State.FAILED"):
         return None
-    session = source.session
-    keys = getattr(getattr(session, "recorder", None), "keys", None)
-    if not keys:
-        steps = getattr(session, "steps", None) or {}
-        keys = getattr(steps[max(steps)], "keys", None) if steps else None
-    return keys[-1][0] if keys else None
+    return getattr(source, "failed_node", None)
 
 
 def paths_from(graph: Any, src: str, limit: int = 200_000) -> dict[str, str]:

@@ -293,9 +293,10 @@ class Panel(w.VBox):
         except Exception:  # noqa: BLE001 - no offer when it cannot be computed
             return bar
         text = ", ".join(f"{c} on {t}" for c, _p, t in rules)
-        yes = w.Button(description="yes", button_style="primary", layout=w.Layout(width="auto", min_width="56px", flex="0 0 auto"))
+        keep = {"width": "auto", "min_width": "56px", "flex": "0 0 auto"}  # never squeezed by the long text
+        yes = w.Button(description="yes", button_style="primary", layout=w.Layout(**keep))
         yes.add_class("nbdebug-recommend-yes")
-        no = w.Button(description="no", layout=w.Layout(width="auto", min_width="56px", flex="0 0 auto"))
+        no = w.Button(description="no", layout=w.Layout(**keep))
         no.add_class("nbdebug-recommend-no")
         yes.on_click(lambda _b: self.apply_recommended(True))
         no.on_click(lambda _b: self.apply_recommended(False))

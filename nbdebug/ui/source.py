@@ -265,13 +265,23 @@ class SourceView:
         s = self.obj.session
         keys = getattr(getattr(s, "recorder", None), "keys", None)
         if keys:  # the failing step is still open
-            return int(s.step_index), keys[-1][0]
+            return int(s.step_index), self._last_executed(keys)
         step = last_step(s)  # the step was closed when the training thread ended
         try:
             table_keys = s.table(step).keys if step >= 0 else []
         except KeyError:
             table_keys = []
-        return step, (table_keys[-1][0] if table_keys else None)
+        return step, self._last_executed(table_keys)
+
+    def _last_executed(self, keys: Any) -> str | None:
+        """The last op or module call recorded: the inputs, parameters and constants a failing op was given
+        are recorded just before it, and are not what failed."""
+        nodes = self.graph.nodes
+        for name, _slot in reversed(list(keys)):
+            node = nodes.get(name)
+            if node is None or node.kind in ("op", "module"):
+                return name
+        return keys[-1][0] if len(keys) else None
 
     def current_step_with_data(self) -> int:
         return last_step(self.obj.session)
