@@ -62,3 +62,104 @@ def test_pickled_module_needs_the_opt_in(tmp_path):
         nbdebug.compare_weights(tmp_path / "whole.pth", ckpt)
     res = nbdebug.compare_weights(tmp_path / "whole.pth", ckpt, trust_pickle=True)
     assert res.all_close and res.pth_counts.tensors == 2
+
+
+# -- damaged and hostile dumps ----------------------------------------------------------------------------
+
+
+def _stat_dump(root, data=None, step=0, **head):
+    d = os.path.join(root, f"step{step}", "rank0")
+    os.makedirs(d, exist_ok=True)
+    t = {"type": "torch.Tensor", "dtype": "torch.float32", "shape": [2, 3], "Max": 1.0, "Min": -1.0, "Mean": 0.0,
+         "Norm": 2.0}
+    if data is None:
+        data = {"Functional.relu.0.forward": {"input_args": [t], "input_kwargs": {}, "output": [dict(t, Min=0.0)]}}
+    doc = {"task": "statistics", "level": "L1", "framework": "pytorch", "dump_data_dir": None, "data": data, **head}
+    with open(os.path.join(d, "dump.json"), "w") as f:
+        json.dump(doc, f)
+    return d
+
+
+def _load(path):
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        off = nbdebug.load(path)
+    return off, [str(x.message) for x in w]
+
+
+@pytest.mark.parametrize("body,what", [("null", "JSON null"), ("[1, 2]", "a JSON array"), ('"x"', "a JSON string")])
+def test_dump_json_that_is_not_an_object_is_a_named_problem(tmp_path, body, what):
+    _stat_dump(tmp_path, step=0)
+    d = _stat_dump(tmp_path, step=1)
+    with open(os.path.join(d, "dump.json"), "w") as f:
+        f.write(body)
+    off, warned = _load(tmp_path)
+    assert off.steps == [0]
+    (p,) = off.problems
+    assert p.file == os.path.join(d, "dump.json") and what in p.message and "skipped" in p.message
+    assert warned and "dump.json" in warned[0]
+
+
+def test_missing_tensor_dir_never_follows_dump_data_dir_outside(tmp_path):
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    import numpy as np
+
+    np.save(outside / "secret.npy", np.arange(6, dtype=np.float32).reshape(2, 3))
+    t = {"type": "torch.Tensor", "dtype": "torch.float32", "shape": [2, 3], "Max": 5.0, "Min": 0.0, "Mean": 2.5,
+         "Norm": 7.4, "data_name": "secret.npy"}
+    root = tmp_path / "dump"
+    d = _stat_dump(root, {"Functional.relu.0.forward": {"input_args": [], "output": [t]}}, task="tensor",
+                   dump_data_dir=str(outside))
+    off, _ = _load(root)
+    with pytest.raises(LookupError):
+        off.tensor("Functional.relu.0.forward", "output.0")
+    msgs = [p for p in off.problems if p.file == os.path.join(d, "dump_tensor_data")]
+    assert msgs and "is not read" in msgs[0].message and str(outside) in msgs[0].message
+    assert off.stats("Functional.relu.0.forward", "output.0")["max"] == 5.0
+
+
+def test_non_number_statistics_are_named_not_a_crash(tmp_path):
+    t = {"type": "torch.Tensor", "dtype": "torch.float32", "shape": [2, 3], "Max": {}, "Min": [1], "Mean": 0.0,
+         "Norm": 2.0}
+    d = _stat_dump(tmp_path, {"Functional.relu.0.forward": {"input_args": [t], "output": [dict(t, dtype={})]},
+                              "Functional.relu.1.forward": {"input_args": [dict(t, shape=[[2], 3])], "output": []}})
+    off, _ = _load(tmp_path)
+    s = off.stats("Functional.relu.0.forward", "output.0")
+    assert s["max"] is None and s["dtype"] == "unknown"
+    text = " | ".join(str(p) for p in off.problems)
+    assert "Max is {}" in text and "Min is [1]" in text and "bad shape" in text
+    assert all(p.file == os.path.relpath(os.path.join(d, "dump.json")) for p in off.problems)
+
+
+def test_deep_nesting_is_a_named_problem(tmp_path):
+    d = _stat_dump(tmp_path)
+    deep = '{"task": "statistics", "data": {"Functional.relu.0.forward": {"output": ' + "[" * 100_000 + \
+        "]" * 100_000 + "}}}"
+    with open(os.path.join(d, "dump.json"), "w") as f:
+        f.write(deep)
+    off, _ = _load(tmp_path)
+    assert any(p.file == os.path.join(d, "dump.json") and "nested too deeply" in p.message for p in off.problems)
+
+
+@pytest.mark.timeout(60)
+def test_devices_fifos_and_huge_files_are_not_read(tmp_path, monkeypatch):
+    import nbdebug.dump.load as L
+
+    a = _stat_dump(tmp_path, step=0)
+    b = _stat_dump(tmp_path, step=1)
+    c = _stat_dump(tmp_path, step=2)
+    os.remove(os.path.join(a, "dump.json"))
+    os.symlink("/dev/zero", os.path.join(a, "dump.json"))
+    os.remove(os.path.join(b, "dump.json"))
+    os.mkfifo(os.path.join(b, "dump.json"))
+    os.mkfifo(os.path.join(c, "construct.json"))
+    off, _ = _load(tmp_path)
+    msgs = {p.file: p.message for p in off.problems}
+    assert "a device" in msgs[os.path.join(a, "dump.json")]
+    assert "a FIFO" in msgs[os.path.join(b, "dump.json")]
+    assert "a FIFO" in msgs[os.path.join(c, "construct.json")]
+    assert off.steps == [2]
+    monkeypatch.setattr(L, "MAX_JSON_BYTES", 100)
+    off, _ = _load(tmp_path / "step2")
+    assert "over the 100-byte limit" in {p.file: p.message for p in off.problems}[os.path.join(c, "dump.json")]
