@@ -163,3 +163,97 @@ def test_devices_fifos_and_huge_files_are_not_read(tmp_path, monkeypatch):
     monkeypatch.setattr(L, "MAX_JSON_BYTES", 100)
     off, _ = _load(tmp_path / "step2")
     assert "over the 100-byte limit" in {p.file: p.message for p in off.problems}[os.path.join(c, "dump.json")]
+
+
+# -- the debugger: construction, memory, messages ---------------------------------------------------------
+
+
+def _mlp():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+
+
+def _train(model, dbg, steps):
+    for _ in range(steps):
+        model(torch.randn(3, 4)).sum().backward()
+        dbg.step()
+
+
+def test_failing_constructor_leaves_the_model_unhooked():
+    model = _mlp()
+    with pytest.raises(ValueError, match="bogus"):
+        nbdebug.Debugger(model, task="bogus", dump_dir="never-written")
+    assert not model._forward_hooks and not model[0]._forward_hooks and not model[0]._forward_pre_hooks
+    with nbdebug.Debugger(model) as dbg:  # attaching again works
+        _train(model, dbg, 1)
+        assert dbg.stats("Module.0.Linear.forward.0", "output.0", 0)["shape"] == (3, 8)
+    assert not os.path.exists("never-written")
+
+
+def test_statistics_window_and_compact_history():
+    model = _mlp()
+    with nbdebug.Debugger(model, stats_window=3) as dbg:
+        _train(model, dbg, 10)
+        s = dbg.session
+        assert sorted(s.steps) == [7, 8, 9] and sorted(s.history.steps) == list(range(7))
+        node, slot = "Module.0.Linear.forward.0", "output.0"
+        full = dbg.stats(node, slot, 8)
+        with pytest.raises(nbdebug.NotRetainedError, match="step 2 fell out of the statistics window") as e:
+            dbg.stats(node, slot, 2)
+        assert "stats_window" in str(e.value)
+        old = dbg.stats(node, slot, 2, fields=["max", "norm"])
+        assert set(old) == {"max", "norm"} and old["norm"] > 0
+        assert dbg.stats(node, slot, 8, fields="norm") == {"norm": full["norm"]}
+        steps, norms = dbg.timeline(node, slot, "norm")
+        assert steps == list(range(10))
+        assert norms[8] == pytest.approx(full["norm"]) and norms[2] == pytest.approx(old["norm"], rel=1e-6)
+        # the compact history shares one key list for steps with the same tensors: ~20 bytes a tensor
+        rows = sum(1 for k in s.steps[9].keys if not k[1].startswith(("input", "parameters")))
+        assert s.history.nbytes <= 7 * rows * 20 + rows * 4 + 64
+        with pytest.raises(KeyError):  # table() of an old step: a KeyError (and a NotRetainedError)
+            s.table(1)
+    with pytest.raises(ValueError, match="stats_window must be an int >= 1"):
+        nbdebug.Debugger(_mlp(), stats_window=0)
+
+
+def test_value_watchpoint_keeps_only_what_it_reads():
+    model = _mlp()
+    with nbdebug.Debugger(model, retain=False) as dbg:
+        _train(model, dbg, 1)
+        dbg.watch("AR", nodes="Module.1.ReLU.forward.0", range_start_inclusive=-1, range_end_inclusive=1, range_percentage_gt=50)
+        _train(model, dbg, 1)
+        node = "Module.1.ReLU.forward.0"
+        assert dbg.tensor(node, "output.0").shape == (3, 8)
+        with pytest.raises(nbdebug.NotRetainedError, match="another node's output"):
+            dbg.tensor(node, "input.0")
+        kept = dbg.session.store.current
+        assert set(kept) == {(node, "output.0")}
+
+
+def test_clear_messages_for_bad_arguments():
+    model = _mlp()
+    for bad, err, text in ((float("nan"), ValueError, "memory_budget must be a finite number"),
+                           ("1MiB", TypeError, "memory_budget must be a number of bytes")):
+        with pytest.raises(err, match=text):
+            nbdebug.Debugger(model, memory_budget=bad)
+    with nbdebug.Debugger(model) as dbg:
+        _train(model, dbg, 1)
+        wp = dbg.watch("TO")
+        with pytest.raises(TypeError, match="enabled must be True or False, got 'no'"):
+            dbg.update_watch(wp, enabled="no")
+        assert wp.enabled
+        with pytest.raises(ValueError, match="step -5 is invalid"):
+            dbg.tensor("Module.0.Linear.forward.0", "output.0", step=-5)
+        with pytest.raises(ValueError, match="step -5 is invalid"):
+            dbg.stats("Module.0.Linear.forward.0", "output.0", step=-5)
+        with pytest.raises(TypeError, match="nodes must be a node name.*got the int 123"):
+            dbg.watch("TO", nodes=123)
+        with pytest.raises(ValueError, match="empty name"):
+            dbg.watch("TO", nodes="")
+        with pytest.warns(UserWarning, match="matches nothing among the"):
+            dbg.watch("TO", nodes="Modul.*")
+        with pytest.raises(ValueError, match="'' is not a parameter name"):
+            dbg.watch("TO", **{"": 1})
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            dbg.watch("TO", nodes="Module.*")  # matches: no warning
