@@ -12,7 +12,6 @@ import torch
 
 import nbdebug
 
-
 # -- security ---------------------------------------------------------------------------------------------
 
 
@@ -220,7 +219,8 @@ def test_value_watchpoint_keeps_only_what_it_reads():
     model = _mlp()
     with nbdebug.Debugger(model, retain=False) as dbg:
         _train(model, dbg, 1)
-        dbg.watch("AR", nodes="Module.1.ReLU.forward.0", range_start_inclusive=-1, range_end_inclusive=1, range_percentage_gt=50)
+        dbg.watch("AR", nodes="Module.1.ReLU.forward.0", range_start_inclusive=-1, range_end_inclusive=1,
+                  range_percentage_gt=50)
         _train(model, dbg, 1)
         node = "Module.1.ReLU.forward.0"
         assert dbg.tensor(node, "output.0").shape == (3, 8)
@@ -257,3 +257,93 @@ def test_clear_messages_for_bad_arguments():
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             dbg.watch("TO", nodes="Module.*")  # matches: no warning
+
+
+# -- a full disk ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 2 MiB tmpfs (a real file system that fills up): ``fill()`` takes every free byte, ``free()`` gives
+    them back."""
+    import subprocess
+
+    mnt = tmp_path / "disk"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)], capture_output=True)
+    if r.returncode != 0:
+        pytest.skip(f"mounting a tmpfs needs root: {r.stderr.decode().strip()}")
+
+    class Disk:
+        path = str(mnt)
+        filler = str(mnt / "filler")
+
+        def fill(self):
+            fd = os.open(self.filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+            try:
+                while True:
+                    os.write(fd, b"\0" * 4096)
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
+
+        def free(self):
+            os.remove(self.filler)
+
+    yield Disk()
+    subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def _leftovers(root):
+    out = []
+    for d, _, files in os.walk(root):
+        out += [os.path.join(d, f) for f in files if ".tmp" in f or (f != "filler" and
+                                                                     os.path.getsize(os.path.join(d, f)) == 0)]
+    return out
+
+
+def test_full_disk_reports_each_step_and_resumes(small_disk):
+    model = _mlp()
+    dump = os.path.join(small_disk.path, "dump")
+    with nbdebug.Debugger(model, level="mix", dump_dir=dump, task="tensor") as dbg:
+        dbg.watch("TL", nodes="Module.0.Linear.forward.0", max_gt=-1e9)  # fires every step
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            _train(model, dbg, 1)
+        assert os.path.exists(os.path.join(dump, "step0", f"proc{os.getpid()}", "dump.json"))
+        small_disk.fill()
+        with pytest.warns(UserWarning, match=r"step 1 .*the disk holding .* is full") as w:
+            _train(model, dbg, 1)
+        assert len([x for x in w if "nbdebug dump" in str(x.message)]) == 1  # once per step, not per node
+        assert len(dbg.dump.problems) == 1 and "step 1" in dbg.dump.problems[0].message
+        assert [h.step for h in dbg.hits] == [0, 1]  # the failed step's watchpoint hits are recorded
+        with pytest.warns(UserWarning, match="step 2"):
+            _train(model, dbg, 1)  # still full: reported again
+        assert _leftovers(dump) == []
+        small_disk.free()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            _train(model, dbg, 1)
+        step3 = os.path.join(dump, "step3", f"proc{os.getpid()}")
+        with open(os.path.join(step3, "dump.json")) as f:
+            assert "Module.0.Linear.forward.0" in json.load(f)["data"]
+        assert [h.step for h in dbg.hits] == [0, 1, 2, 3]
+
+        # under dbg.run: training finishes; the message is readable, not the serializer's
+        dbg.unwatch()  # (a hit would pause the run)
+        small_disk.fill()
+
+        def train():
+            _train(model, dbg, 2)
+
+        with pytest.warns(UserWarning, match="is full"):
+            dbg.run(train, block=True)
+        assert dbg.state == "finished" and dbg.error is None
+        assert all("disk holding" in p.message for p in dbg.dump.problems)
+        assert _leftovers(dump) == []
+        small_disk.free()
+        _train(model, dbg, 1)
+        assert os.path.exists(os.path.join(dump, "step6", f"proc{os.getpid()}", "dump.json"))
+    off = nbdebug.load(dump, warn=False)
+    assert {0, 3, 6} <= set(off.steps)
