@@ -347,3 +347,40 @@ def test_full_disk_reports_each_step_and_resumes(small_disk):
         assert os.path.exists(os.path.join(dump, "step6", f"proc{os.getpid()}", "dump.json"))
     off = nbdebug.load(dump, warn=False)
     assert {0, 3, 6} <= set(off.steps)
+
+
+# -- interpreter exit while training ----------------------------------------------------------------------
+
+EXIT_SCRIPT = r"""
+import sys, time, torch, nbdebug
+model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+dbg = nbdebug.Debugger(model, level=sys.argv[1])
+
+def train():
+    while True:
+        opt.zero_grad()
+        model(torch.randn(64, 16)).pow(2).mean().backward()
+        opt.step()
+
+dbg.run(train, paused=sys.argv[2] == "paused")
+deadline = time.time() + 30
+while dbg.step_index < 3 and sys.argv[2] != "paused" and time.time() < deadline:
+    time.sleep(0.01)
+print("EXITING", dbg.state, flush=True)
+"""
+
+
+@pytest.mark.parametrize("level,how", [("mix", "running"), ("L0", "paused")])
+def test_interpreter_exit_stops_the_training_thread(tmp_path, level, how):
+    import subprocess
+    import sys
+
+    script = tmp_path / "exit_while_training.py"
+    script.write_text(EXIT_SCRIPT)
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    r = subprocess.run([sys.executable, str(script), level, how], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, PYTHONPATH=repo, CUDA_VISIBLE_DEVICES=""), cwd=str(tmp_path))
+    assert f"EXITING {how}" in r.stdout, r.stdout + r.stderr
+    assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
+    assert "terminate called" not in r.stderr, r.stderr[-2000:]
