@@ -423,7 +423,8 @@ def _floats(values: list[Any]) -> np.ndarray:
         return np.array([_num(v) for v in values], dtype=np.float64)
 
 
-MAX_NESTING = 32  # tensors nested deeper than this inside one argument are not read
+MAX_NESTING = 32
+MAX_ELEMENTS = 2.0**53  # more elements than any device holds: a damaged shape  # tensors nested deeper than this inside one argument are not read
 
 
 def _tensor_leaves(obj: Any, prefix: str, out: list[tuple[str, dict]], depth: int = 0) -> None:
@@ -665,7 +666,7 @@ class _Builder:
         data_dir = os.path.join(d, "dump_tensor_data")
         if not os.path.isdir(data_dir):
             alt = doc.get("dump_data_dir")
-            if isinstance(alt, str) and alt and os.path.realpath(alt) != os.path.realpath(data_dir):
+            if isinstance(alt, str) and alt and os.path.normpath(alt) != os.path.normpath(data_dir):
                 problems.append(DumpProblem(
                     data_dir, f"missing; dump.json's dump_data_dir {_short(alt, 120)} is not read: only files "
                               f"inside the dump's own folder are (a copied or crafted dump.json could point "
@@ -725,7 +726,12 @@ class _Builder:
                 return None
             count = shape_cache.get(shape)
             if count is None:
-                count = shape_cache[shape] = float(math.prod(shape))
+                count = float(math.prod(shape))
+                if count > MAX_ELEMENTS:
+                    problems.append(DumpProblem(rel, f"{name} {slot}: implausible shape {_short(raw)} "
+                                                     f"({count:.3g} elements); tensor skipped"))
+                    return None
+                shape_cache[shape] = count
             rd = t.get("dtype", "")
             if type(rd) is not str:
                 problems.append(DumpProblem(rel, f"{name} {slot}: bad dtype {_short(rd)}; shown as 'unknown'"))
@@ -1108,7 +1114,14 @@ def _load(path: str, layout: str, rank: int | str | None, steps: Iterable[int] |
         total = len(plan)
         for k, (step, label, d) in enumerate(plan):
             report(k, total, f"steps ({label})")
-            builder.read_rank_dir(step, d, json_file)
+            try:
+                builder.read_rank_dir(step, d, json_file)
+            except (TypeError, ValueError, KeyError, AttributeError, IndexError, RecursionError, OverflowError,
+                    UnicodeError) as e:  # damage no specific check names: the step is skipped, named
+                _drop_step(session, step)
+                problems.append(DumpProblem(json_file or os.path.join(d, "dump.json"),
+                                            f"damaged ({type(e).__name__}: {_short(str(e), 200)}); step {step} "
+                                            f"is skipped"))
         report(total, total, "steps")
         meta = dict(builder.meta)
         meta["ranks"] = sorted(ranks_seen, key=_rank_sort_key)
@@ -1133,6 +1146,11 @@ def _load(path: str, layout: str, rank: int | str | None, steps: Iterable[int] |
     off = OfflineSession(session, path=path, layout=layout, meta=meta)
     _warn(off, warn)
     return off
+
+
+def _drop_step(session: DumpSession, step: int) -> None:
+    for d in (session.steps, session.files, session.estimated):
+        d.pop(step, None)
 
 
 def _warn(off: OfflineSession, warn: bool) -> None:
