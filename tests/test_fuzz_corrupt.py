@@ -12,9 +12,9 @@ import warnings
 
 import pytest
 import torch
+from msprobe_runs import mindspore_dump, torch_dump
 
 import nbdebug
-from msprobe_runs import mindspore_dump, torch_dump
 
 CASES = 300
 #: what load() and compare() may raise (documented in their docstrings): nothing of the dump is usable

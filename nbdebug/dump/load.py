@@ -423,8 +423,8 @@ def _floats(values: list[Any]) -> np.ndarray:
         return np.array([_num(v) for v in values], dtype=np.float64)
 
 
-MAX_NESTING = 32
-MAX_ELEMENTS = 2.0**53  # more elements than any device holds: a damaged shape  # tensors nested deeper than this inside one argument are not read
+MAX_NESTING = 32  # tensors nested deeper than this inside one argument are not read
+MAX_ELEMENTS = 2.0**53  # more elements than any device holds: a damaged shape
 
 
 def _tensor_leaves(obj: Any, prefix: str, out: list[tuple[str, dict]], depth: int = 0) -> None:
