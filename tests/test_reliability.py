@@ -384,3 +384,16 @@ def test_interpreter_exit_stops_the_training_thread(tmp_path, level, how):
     assert f"EXITING {how}" in r.stdout, r.stdout + r.stderr
     assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
     assert "terminate called" not in r.stderr, r.stderr[-2000:]
+
+
+def test_soak_bench_smoke(tmp_path, capsys):
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench", "soak.py")
+    spec = importlib.util.spec_from_file_location("nbdebug_bench_soak", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = tmp_path / "soak.json"
+    res = mod.main(["--steps", "30", "--warmup", "10", "--window", "4", "--out", str(out)])
+    assert json.loads(out.read_text())["steps"] == 30 and res["history_bytes"] > 0
+    assert "RSS growth after warm-up" in capsys.readouterr().out
