@@ -1057,6 +1057,12 @@ def load(path: str | os.PathLike, *, rank: int | str | None = None, steps: Itera
     progress: ``progress(done, total, what)`` during the load (a UI passes its own; by default a line on
         stderr once a load takes more than a second).
     warn: emit one ``UserWarning`` summing up the problems found.
+
+    Raises only ``ValueError`` (nothing in ``path`` is a dump, or no step matches) and ``OSError``
+    (``FileNotFoundError``: no such path). Damage inside a dump is never raised: every damaged, hostile or
+    unreadable file (truncated or non-object JSON, statistics that are not numbers, nesting too deep,
+    symlinks to devices, FIFOs, files over :data:`MAX_JSON_BYTES`) is skipped and named in ``problems``;
+    only regular files inside the dump folder are read, and a step cut by a crash is read from its journal.
     """
     path = os.fspath(path)
     layout = detect_layout(path)

@@ -325,11 +325,6 @@ class DumpWriter:
         """Items handed to the writer thread and not written yet."""
         return len(self._queue.items) + self._queue.busy
 
-    def _raise_errors(self) -> None:
-        if self.errors:
-            errs, self.errors = self.errors, []
-            raise RuntimeError("nbdebug dump: " + "; ".join(errs))
-
     # -- the tap (training thread) ----------------------------------------------------------------
     def _snap(self, t: Any) -> Any:
         return self.io.snapshot(t, data=self.config.needs_data, crc=self.md5)
@@ -746,7 +741,9 @@ class _no_leftovers:  # noqa: N801 - a context manager used like a function
 def _cause(errors: list[str], where: str) -> str:
     """A readable cause for writer errors: a full disk is said as such (torch's serializer reports it as
     "PytorchStreamWriter failed writing file ..."), other errors are shown shortened."""
-    text = "; ".join(dict.fromkeys(e.splitlines()[0][:300] for e in errors if e)) or "unknown error"
+    uniq = list(dict.fromkeys(e.splitlines()[0][:300] for e in errors if e))
+    text = "; ".join(uniq[:2]) + (f" ({len(errors)} failed writes in all)" if len(errors) > 2 else "") \
+        if uniq else "unknown error"
     probe = where
     while probe and not os.path.exists(probe):
         parent = os.path.dirname(probe)
