@@ -141,7 +141,7 @@ def _named(target: str, off) -> bool:
 def bases(tmp_path_factory):
     ours = _our_dump(str(tmp_path_factory.mktemp("ours") / "dump"))
     return {"nbdebug": ours, "msprobe-torch": os.path.join(torch_dump("statistics", "mix"), "dump"),
-            "msprobe-mindspore": os.path.join(mindspore_dump("tensor", "L0"), "dump")}
+            "msprobe-mindspore": os.path.join(mindspore_dump(), "dump")}
 
 
 def _files(root: str) -> list[str]:

@@ -312,8 +312,9 @@ def _parse_json(path: str, raw: bytes, problems: list[DumpProblem], salvage_data
     if _orjson is not None and b"NaN" not in raw and b"Infinity" not in raw:
         try:
             return _orjson.loads(raw)
-        except _orjson.JSONDecodeError:
-            pass
+        except _orjson.JSONDecodeError as e:
+            if "depth limit" in str(e):
+                raise RecursionError(str(e)) from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -429,7 +430,7 @@ MAX_ELEMENTS = 2.0**53  # more elements than any device holds: a damaged shape
 
 def _tensor_leaves(obj: Any, prefix: str, out: list[tuple[str, dict]], depth: int = 0) -> None:
     if depth > MAX_NESTING:
-        return
+        raise RecursionError(f"{prefix}: nested deeper than {MAX_NESTING}")
     if isinstance(obj, dict):
         if "shape" in obj and "dtype" in obj and "value" not in obj:
             out.append((prefix, obj))
@@ -652,6 +653,11 @@ class _Builder:
                 c = _read_json(cpath, problems)
                 if isinstance(c, dict):
                     construct = c
+                    bad = [k for k, v in c.items() if v is not None and type(v) is not str]
+                    if bad:
+                        problems.append(DumpProblem(cpath, f"{len(bad)} entries whose parent is not a name (e.g. "
+                                                           f"{_short(bad[0])}); their scopes come from the names"))
+                        construct = {k: v for k, v in c.items() if v is None or type(v) is str}
                 elif c is not FAILED:
                     problems.append(DumpProblem(cpath, f"holds {_json_kind(c)}, not a JSON object; scopes come "
                                                        f"from the names"))
@@ -663,6 +669,9 @@ class _Builder:
                     problems.append(DumpProblem(spath, f"holds {_json_kind(sdoc)}, not a JSON object; no call "
                                                        f"stacks"))
                 stacks = _parse_stack(sdoc)
+                if isinstance(sdoc, dict) and sdoc and not any(stacks.values()):
+                    problems.append(DumpProblem(spath, "holds no call stacks in msProbe's layout ({\"0\": [[names], "
+                                                       "[frames]], ...}); ignored"))
         data_dir = os.path.join(d, "dump_tensor_data")
         if not os.path.isdir(data_dir):
             alt = doc.get("dump_data_dir")
@@ -822,7 +831,12 @@ class _Builder:
             is_module = info.kind == "module"
             is_pgrad = info.direction == "parameters_grad"
             shapes, dtypes = node.shapes, node.dtypes
-            for slot, t in entry_slots(entry):
+            try:
+                slots = entry_slots(entry)
+            except RecursionError:
+                problems.append(DumpProblem(rel, f"entry {name!r} is nested too deeply; skipped"))
+                continue
+            for slot, t in slots:
                 g = t.get
                 if not (type(g("Max")) in _STAT_TYPES and type(g("Min")) in _STAT_TYPES
                         and type(g("Mean")) in _STAT_TYPES and type(g("Norm")) in _STAT_TYPES
