@@ -65,6 +65,32 @@ def first_nonfinite(session: Session, step: int | str = "current") -> tuple[str,
     return None
 
 
+def check_budget(value: Any) -> int:
+    """``memory_budget`` as an int of bytes; a clear ``TypeError``/``ValueError`` for anything else.
+
+    >>> check_budget(2**20)
+    1048576
+    >>> check_budget("1MiB")
+    Traceback (most recent call last):
+    ...
+    TypeError: memory_budget must be a number of bytes (e.g. 512 * 2**20), got the str '1MiB'
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"memory_budget must be a number of bytes (e.g. 512 * 2**20), got the "
+                        f"{type(value).__name__} {value!r}")
+    if not np.isfinite(value) or value < 0:
+        raise ValueError(f"memory_budget must be a finite number of bytes >= 0, got {value!r}")
+    return int(value)
+
+
+def check_window(value: Any) -> int:
+    """``stats_window`` as an int >= 1."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"stats_window must be an int >= 1 (finished steps that keep full statistics), "
+                         f"got {value!r}")
+    return int(value)
+
+
 def _framework_of(model: Any) -> str:
     mod = type(model).__module__ or ""
     for klass in type(model).__mro__:
@@ -92,14 +118,18 @@ class Debugger:
         with all hits of the step) or ``"node"`` (right after each watched node; a hit pauses at it).
     dump_dir, task, config: write an msProbe-format dump (``task`` "statistics" or "tensor"; ``config`` an
         msProbe config.json path or dict with its filters).
+    stats_window: how many finished steps keep their full statistics tables (default 8); older steps
+        keep a compact per-tensor history (max, min, mean, norm, NaN/Inf count: :meth:`timeline`).
     """
 
     def __init__(self, model: Any, level: str = "L0", *, capture: bool = True,
                  memory_budget: int = 512 * 2**20, retain: bool = True, retain_copy: bool = False,
                  check: str = "step", dump_dir: str | None = None, task: str | None = None,
-                 config: Any = None) -> None:
+                 config: Any = None, stats_window: int = 8) -> None:
         if check not in ("step", "node"):
             raise ValueError(f"check must be 'step' or 'node', got {check!r}")
+        memory_budget = check_budget(memory_budget)
+        stats_window = check_window(stats_window)
         self.check = check
         framework = _framework_of(model)
         prev_model, prev = _ATTACHED.get(id(model), (lambda: None, lambda: None))
@@ -120,7 +150,7 @@ class Debugger:
                 device = str(p.device)
                 break
             self.session = Session(framework="pytorch", framework_version=torch.__version__, device=device,
-                                   memory_budget=memory_budget)
+                                   memory_budget=memory_budget, stats_window=stats_window)
             self._adapter = TorchAdapter(model, level, self.session, retain=retain, retain_copy=retain_copy)
         else:
             from .frameworks.mindspore_adapter import LEVELS as MS_LEVELS
@@ -130,8 +160,25 @@ class Debugger:
                 raise ValueError(f"unknown level {level!r}; choose one of {', '.join(MS_LEVELS)}")
             version, device = mindspore_info()
             self.session = Session(framework="mindspore", framework_version=version, device=device,
-                                   memory_budget=memory_budget)
+                                   memory_budget=memory_budget, stats_window=stats_window)
             self._adapter = MindSporeAdapter(model, level, self.session, retain=retain)
+        self.session.store.keep_unpinned = bool(retain)
+        self.dump = None  # DumpWriter when dumping (msProbe layout); finalized before watchpoints pause
+        try:
+            self._attach(model, capture, dump_dir, task, config)
+        except BaseException:  # the model is hooked by now: unhook it, or no later Debugger could attach
+            self.closed = True
+            try:
+                if self.dump is not None:
+                    self.dump.close()
+            finally:
+                self._adapter.close()
+                entry = _ATTACHED.get(id(model))
+                if entry is not None and entry[1]() is self:
+                    del _ATTACHED[id(model)]
+            raise
+
+    def _attach(self, model: Any, capture: bool, dump_dir: str | None, task: str | None, config: Any) -> None:
         self._adapter.capturing = capture
         _ATTACHED[id(model)] = (weakref.ref(model), weakref.ref(self))
         self._model_id = id(model)
@@ -143,7 +190,6 @@ class Debugger:
         self.watchpoints = WatchManager(self.session)
         self.loss_scale = LossScaleTracker()
         self._ls_probe: Any = None
-        self.dump = None  # DumpWriter when dumping (msProbe layout); finalized before watchpoints pause
         if dump_dir is not None or config is not None:
             from .dump import attach_dump
 
@@ -376,10 +422,19 @@ class Debugger:
         a.end_step()
 
     # -- reading ----------------------------------------------------------------------------------
-    def stats(self, node: str, slot: str, step: int | str = "current") -> Mapping[str, Any]:
+    def stats(self, node: str, slot: str, step: int | str = "current", fields: Any = None) -> Mapping[str, Any]:
         """Statistics of one tensor: ``dtype, shape, count, max, min, mean, abs_mean, norm, zero_count,
-        nan_count, pos_inf_count, neg_inf_count``."""
-        return self.session.stats(node, slot, step)
+        nan_count, pos_inf_count, neg_inf_count``; ``fields`` picks some.
+
+        Full statistics are kept for the last ``stats_window`` finished steps; an older step raises
+        ``NotRetainedError`` saying so, unless ``fields`` asks only for what its compact history keeps
+        (``max, min, mean, norm, nonfinite_count`` of output tensors)."""
+        return self.session.stats(node, slot, step, fields)
+
+    def timeline(self, node: str, slot: str, field: str = "norm") -> tuple[list[int], list[float]]:
+        """``(steps, values)``: one statistic of one tensor over every finished step (``max``, ``min``,
+        ``mean``, ``norm`` or ``nonfinite_count``)."""
+        return self.session.timeline(node, slot, field)
 
     def tensor(self, node: str, slot: str, step: int | str = "current") -> np.ndarray:
         """The retained value as numpy; ``NotRetainedError`` (a ``LookupError``) says why when absent."""

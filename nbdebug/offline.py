@@ -75,11 +75,25 @@ class TensorFile:
         return "pt" if self.path.endswith((".pt", ".pth")) else "npy"
 
 
+#: ``.pt`` tensor files larger than this are not read (``torch.load`` reads a file whole; ``.npy`` files are
+#: memory-mapped and have no limit)
+MAX_PT_BYTES = 16 * 2**30
+
+
 def read_tensor_file(tf: TensorFile) -> np.ndarray:
     """Read ``tf`` (``.npy`` memory-mapped, ``.pt`` via torch); ``ValueError`` naming the file on a bad or
     mismatching file."""
-    if not os.path.exists(tf.path):
-        raise ValueError(f"{tf.path}: missing")
+    import stat
+
+    try:
+        st = os.stat(tf.path)
+    except OSError:
+        raise ValueError(f"{tf.path}: missing") from None
+    if not stat.S_ISREG(st.st_mode):  # a FIFO would hang the read, /dev/zero never end
+        raise ValueError(f"{tf.path}: not a regular file (a FIFO, device or folder); not read")
+    if tf.format == "pt" and st.st_size > MAX_PT_BYTES:
+        raise ValueError(f"{tf.path}: {st.st_size} bytes, over the {MAX_PT_BYTES}-byte limit for a .pt tensor "
+                         f"file; not read")
     if tf.format == "pt":
         from .frameworks.torch_io_load import load_pt
 

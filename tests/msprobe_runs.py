@@ -42,6 +42,8 @@ def _config(path: str, task: str, level: str, dump_path: str) -> None:
 
 def _run(args: list[str], name: str) -> str:
     out = os.path.join(root(), name)
+    if os.path.exists(os.path.join(out, "done.npy")):  # made already (called with other spellings of the args)
+        return out
     env = dict(os.environ, PYTHONPATH=os.path.dirname(HERE) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.run([sys.executable, __file__, *args, out], capture_output=True, text=True, env=env,
                           timeout=300)

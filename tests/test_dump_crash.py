@@ -8,8 +8,10 @@ import signal
 import subprocess
 import sys
 
+import pytest
 import torch
 
+import nbdebug
 from nbdebug.dump import recover
 from nbdebug.dump.journal import JOURNAL
 
@@ -90,6 +92,15 @@ def test_sigkill_mid_step_then_recover(tmp_path):
     with open(os.path.join(step1, "dump.json")) as f:
         assert json.load(f)["data"] == {}
     assert not [f for f in os.listdir(os.path.join(step1, "dump_tensor_data")) if ".tmp" in f]
+
+    # nbdebug.load reads the journal without writing anything: step 1 has its rows and the journal is named
+    with pytest.warns(UserWarning, match="cut before it finished"):
+        off = nbdebug.load(out)
+    assert off.steps == [0, 1]
+    assert ("Module.act.ReLU.forward.0", "output.0") in off.session.steps[1].index
+    (prob,) = [p for p in off.problems if JOURNAL in p.file]
+    assert prob.file == os.path.join(step1, JOURNAL) and "4 entries recovered" in prob.message
+    assert os.path.exists(os.path.join(step1, JOURNAL))
 
     assert recover(str(out / "step1")) == [step1]
     assert not os.path.exists(os.path.join(step1, JOURNAL))

@@ -138,18 +138,22 @@ def _ms_candidates(pt_name: str) -> list[str]:
 
 
 def compare_weights(pth_path: Any, ckpt_path: Any, name_map: Mapping[str, str] | None = None, *,
-                    rtol: float = 1e-4, atol: float = 1e-4) -> WeightCompareResult:
+                    rtol: float = 1e-4, atol: float = 1e-4, trust_pickle: bool = False) -> WeightCompareResult:
     """Compare a PyTorch checkpoint with a MindSpore checkpoint parameter by parameter.
 
     ``pth_path``: a ``.pth`` file (state dict or pickled module) or an ``nn.Module``; ``ckpt_path``: a
     ``.ckpt`` file or a ``mindspore.nn.Cell``. Trainable counts are exact for modules/cells; for files
     they are inferred (PyTorch buffers ``running_mean/running_var/num_batches_tracked`` and MindSpore
     ``moving_mean/moving_variance`` are not trainable).
+
+    Nothing in the ``.pth`` is executed: it is read with ``torch.load(weights_only=True)``. A file that
+    needs the full unpickler (``torch.save(model)``) is refused with a ``ValueError`` saying so, unless
+    ``trust_pickle=True`` (only for files you trust: unpickling runs code from the file).
     """
     from ..frameworks.mindspore_io_load import load_ckpt
     from ..frameworks.torch_io_load import load_state
 
-    pt, pt_trainable, pt_buffers = load_state(pth_path)
+    pt, pt_trainable, pt_buffers = load_state(pth_path, trust_pickle=trust_pickle)
     if pt_trainable is None:
         pt_trainable = {k for k in pt if k not in pt_buffers and not k.endswith(_PT_BUFFER_SUFFIXES)}
     ms, ms_trainable, skipped = load_ckpt(ckpt_path)

@@ -14,10 +14,12 @@ where a terminate request unwinds it.
 
 from __future__ import annotations
 
+import atexit
 import enum
 import threading
 import time
 import traceback
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -122,6 +124,7 @@ class Controller:
                 raise self.exception
             return
         self.thread = threading.Thread(target=target, name="nbdebug-training", daemon=True)
+        _at_exit_stop(self)
         self.thread.start()
 
     # -- commands (any thread) --------------------------------------------------------------------
@@ -251,6 +254,37 @@ class Controller:
         self.state = state
         self._cv.notify_all()
         self.hub.emit("state", state)
+
+
+_RUNNING: weakref.WeakSet[Controller] = weakref.WeakSet()
+_HOOKED: list[bool] = []
+#: seconds the interpreter's exit waits for a training thread to unwind
+EXIT_WAIT_S = 30.0
+
+
+def _at_exit_stop(ctl: Controller) -> None:
+    """Stop ``ctl``'s training thread when the interpreter exits, before it tears down what the thread
+    runs on (a daemon thread still inside torch at finalization aborts the process)."""
+    _RUNNING.add(ctl)
+    if _HOOKED:
+        return
+    _HOOKED.append(True)
+    register = getattr(threading, "_register_atexit", None)  # runs when the main thread ends, first
+    try:
+        if register is None:
+            raise RuntimeError
+        register(_stop_all)
+    except RuntimeError:  # no such hook, or the interpreter is already shutting down
+        atexit.register(_stop_all)
+
+
+def _stop_all() -> None:
+    for ctl in list(_RUNNING):
+        t = ctl.thread
+        if t is None or not t.is_alive() or t is threading.current_thread():
+            continue
+        ctl.terminate()
+        t.join(EXIT_WAIT_S)
 
 
 def _check_steps(steps: int | None) -> int | None:

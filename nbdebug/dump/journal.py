@@ -24,6 +24,7 @@ mod_b|pgrad``, ``c`` ancestor module calls, ``s`` call stack, ``o`` inside optim
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import threading
@@ -36,9 +37,16 @@ _MODULE_PREFIXES = ("Module.", "Cell.")
 def write_json_atomic(path: str, obj: Any) -> None:
     """``json.dump(obj, indent=1)`` (msProbe's format) to ``path`` via a temporary file and a rename."""
     tmp = f"{path}.tmp{os.getpid()}.{threading.get_ident()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=1)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(obj, f, indent=1)
+        os.replace(tmp, path)
+    except BaseException:  # a full disk: no (empty) temporary file left behind
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def _bwd_name(fwd: str) -> str:
@@ -204,12 +212,32 @@ class Journal:
         self.path = os.path.join(rank_dir, JOURNAL)
         self.asm = Assembler()
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
-        self.add({"t": "head", **head})
+        self._size = 0
+        try:
+            self.add({"t": "head", **head})
+        except BaseException:
+            self.close(remove=True)
+            raise
 
     def add(self, rec: dict[str, Any]) -> None:
         line = (json.dumps(rec, separators=(",", ":")) + "\n").encode("utf-8")
-        os.write(self._fd, line)  # one write: a killed process leaves at most one partial last line
+        try:
+            n = os.write(self._fd, line)  # one write: a killed process leaves at most one partial last line
+        except OSError:
+            self._cut()
+            raise
+        if n != len(line):  # a short write (disk full): cut the partial record off again
+            self._cut()
+            raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)}: a journal record of {len(line)} bytes "
+                                        f"could not be written", self.path)
+        self._size += n
         self.asm.add(rec)
+
+    def _cut(self) -> None:
+        try:
+            os.ftruncate(self._fd, self._size)
+        except OSError:
+            pass
 
     def write_files(self) -> None:
         self.asm.write(self.rank_dir)

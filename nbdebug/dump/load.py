@@ -256,33 +256,77 @@ except ImportError:  # pragma: no cover - depends on the environment
     _orjson = None
 
 
-def _read_json(path: str, problems: list[DumpProblem], *, salvage_data: bool = False) -> Any:
-    """Parse ``path``; on damage report it and, for dump.json, keep every complete ``data`` entry."""
+#: what :func:`_read_json` returns for a file it could not parse (reported); JSON ``null`` is ``None``
+FAILED: Any = type("_Failed", (), {"__repr__": lambda self: "FAILED", "__bool__": lambda self: False})()
+#: JSON files larger than this are not read (named in ``problems``); ``nbdebug.dump.load.MAX_JSON_BYTES``
+MAX_JSON_BYTES = 4 * 2**30
+
+
+def read_regular(path: str, limit: int) -> bytes:
+    """The bytes of ``path`` if it is a regular file (after symlinks) of at most ``limit`` bytes; else
+    ``ValueError`` saying what it is. FIFOs, devices (``/dev/zero``) and sockets are never opened for
+    reading, so a hostile dump cannot hang or exhaust memory."""
+    import stat
+
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
+        st = os.stat(path)
     except OSError as e:
-        problems.append(DumpProblem(path, f"cannot be read ({e.strerror or e})"))
-        return None
+        raise ValueError(f"cannot be read ({e.strerror or e})") from None
+    if not stat.S_ISREG(st.st_mode):
+        kind = ("a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device" if stat.S_ISCHR(st.st_mode) or
+                stat.S_ISBLK(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode) else "a directory"
+                if stat.S_ISDIR(st.st_mode) else "not a regular file")
+        raise ValueError(f"is {kind}, not a regular file; not read")
+    if st.st_size > limit:
+        raise ValueError(f"is {st.st_size} bytes, over the {limit}-byte limit for this file; not read")
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as f:
+            raw = f.read(limit + 1)
+    except OSError as e:
+        raise ValueError(f"cannot be read ({e.strerror or e})") from None
+    if len(raw) > limit:
+        raise ValueError(f"grew over the {limit}-byte limit while being read; not read")
+    return raw
+
+
+def _read_json(path: str, problems: list[DumpProblem], *, salvage_data: bool = False) -> Any:
+    """Parse ``path``; on damage report it and, for dump.json, keep every complete ``data`` entry.
+
+    Returns :data:`FAILED` when nothing could be read (the problem is recorded)."""
+    try:
+        raw = read_regular(path, MAX_JSON_BYTES)
+    except ValueError as e:
+        problems.append(DumpProblem(path, str(e)))
+        return FAILED
+    try:
+        return _parse_json(path, raw, problems, salvage_data)
+    except RecursionError:
+        problems.append(DumpProblem(path, "nested too deeply to be a dump file; ignored"))
+        return FAILED
+
+
+def _parse_json(path: str, raw: bytes, problems: list[DumpProblem], salvage_data: bool) -> Any:
     # orjson rejects NaN/Infinity literals (msProbe writes them with Python's json): those files take the
     # standard parser
     if _orjson is not None and b"NaN" not in raw and b"Infinity" not in raw:
         try:
             return _orjson.loads(raw)
-        except _orjson.JSONDecodeError:
-            pass
+        except _orjson.JSONDecodeError as e:
+            if "depth limit" in str(e):
+                raise RecursionError(str(e)) from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         problems.append(DumpProblem(path, "not UTF-8 text"))
-        return None
+        return FAILED
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
         if not salvage_data:
             problems.append(DumpProblem(path, f"invalid JSON ({e.msg} at line {e.lineno} column {e.colno}); "
                                               f"ignored"))
-            return None
+            return FAILED
         doc, n = _salvage_dump(text)
         problems.append(DumpProblem(path, f"truncated or invalid JSON ({e.msg} at line {e.lineno} column "
                                           f"{e.colno}); loaded the {n} complete entries before it"))
@@ -298,7 +342,7 @@ def _salvage_dump(text: str) -> tuple[dict[str, Any], int]:
         if m:
             try:
                 doc[key] = dec.raw_decode(text, m.end())[0]
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):
                 pass
     m = re.search(r'"data"\s*:\s*\{', text)
     if not m:
@@ -313,7 +357,9 @@ def _salvage_dump(text: str) -> tuple[dict[str, Any], int]:
             key, pos = dec.raw_decode(text, pos)
             pos = re.compile(r"\s*:\s*").match(text, pos).end()
             value, pos = dec.raw_decode(text, pos)
-        except (json.JSONDecodeError, AttributeError):
+        except (json.JSONDecodeError, AttributeError, RecursionError):
+            break
+        if type(key) is not str:
             break
         data[key] = value
         n += 1
@@ -333,6 +379,13 @@ def _parse_stack(obj: Any) -> dict[str, list[str]]:
         elif isinstance(value, list):  # older layout: {name: [frames]}
             out[key] = [_frame(f) for f in value if isinstance(f, str)]
     return out
+
+
+def _json_kind(v: Any) -> str:
+    if v is None:
+        return "JSON null"
+    return {list: "a JSON array", str: "a JSON string", bool: "a JSON boolean", int: "a JSON number",
+            float: "a JSON number"}.get(type(v), f"a {type(v).__name__}")
 
 
 def _frame(s: str) -> str:
@@ -371,7 +424,13 @@ def _floats(values: list[Any]) -> np.ndarray:
         return np.array([_num(v) for v in values], dtype=np.float64)
 
 
-def _tensor_leaves(obj: Any, prefix: str, out: list[tuple[str, dict]]) -> None:
+MAX_NESTING = 32  # tensors nested deeper than this inside one argument are not read
+MAX_ELEMENTS = 2.0**53  # more elements than any device holds: a damaged shape
+
+
+def _tensor_leaves(obj: Any, prefix: str, out: list[tuple[str, dict]], depth: int = 0) -> None:
+    if depth > MAX_NESTING:
+        raise RecursionError(f"{prefix}: nested deeper than {MAX_NESTING}")
     if isinstance(obj, dict):
         if "shape" in obj and "dtype" in obj and "value" not in obj:
             out.append((prefix, obj))
@@ -379,10 +438,38 @@ def _tensor_leaves(obj: Any, prefix: str, out: list[tuple[str, dict]]) -> None:
             return  # a non-tensor argument
         else:  # a namedtuple / dict output
             for k, v in obj.items():
-                _tensor_leaves(v, f"{prefix}.{k}", out)
+                _tensor_leaves(v, f"{prefix}.{k}", out, depth + 1)
     elif isinstance(obj, list):
         for i, v in enumerate(obj):
-            _tensor_leaves(v, f"{prefix}.{i}", out)
+            _tensor_leaves(v, f"{prefix}.{i}", out, depth + 1)
+
+
+_STAT_TYPES = frozenset({float, int, bool, str, type(None)})
+_STATS = ("Max", "Min", "Mean", "Norm")
+
+
+def _short(v: Any, n: int = 60) -> str:
+    try:
+        text = repr(v)
+    except RecursionError:
+        text = f"<{type(v).__name__}>"
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+def _clean_tensor(t: dict, name: str, slot: str, rel: str, problems: list[DumpProblem]) -> dict:
+    """``t`` with statistics that are not numbers (``"Max": {}``) and a non-string dtype replaced by
+    unknowns, each reported."""
+    bad = {k: t.get(k) for k in _STATS if type(t.get(k)) not in _STAT_TYPES}
+    if type(t.get("dtype", "")) is not str:
+        bad["dtype"] = t.get("dtype")
+    if not bad:
+        return t
+    out = dict(t)
+    for k, v in bad.items():
+        out[k] = "unknown" if k == "dtype" else None
+        problems.append(DumpProblem(rel, f"{name} {slot}: {k} is {_short(v)}, not a "
+                                         f"{'string' if k == 'dtype' else 'number'}; shown as unknown"))
+    return out
 
 
 def _is_tensor(v: Any) -> bool:
@@ -534,13 +621,19 @@ class _Builder:
     def read_rank_dir(self, step: int, d: str, json_path: str | None = None) -> None:
         problems = self.problems
         json_path = json_path or os.path.join(d, "dump.json")
-        if not os.path.exists(json_path):
-            problems.append(DumpProblem(json_path, "missing; this step is skipped"))
-            return
-        doc = _read_json(json_path, problems, salvage_data=True)
+        journaled = self._from_journal(d)
+        if journaled is not None:
+            doc, construct, stacks = journaled
+        else:
+            if not os.path.lexists(json_path):
+                problems.append(DumpProblem(json_path, "missing; this step is skipped"))
+                return
+            doc = _read_json(json_path, problems, salvage_data=True)
+            if doc is FAILED:
+                return
         if not isinstance(doc, dict):
-            if doc is not None:
-                problems.append(DumpProblem(json_path, "is not a JSON object; this step is skipped"))
+            problems.append(DumpProblem(json_path, f"holds {_json_kind(doc)}, not a JSON object; this step is "
+                                                   f"skipped"))
             return
         data = doc.get("data")
         if not isinstance(data, dict):
@@ -553,24 +646,65 @@ class _Builder:
             self.s.framework = str(doc["framework"])
         if doc.get("framework_version") and not self.s.framework_version:
             self.s.framework_version = str(doc["framework_version"])
-        construct: dict[str, Any] = {}
-        cpath = os.path.join(d, "construct.json")
-        if os.path.exists(cpath):
-            c = _read_json(cpath, problems)
-            if isinstance(c, dict):
-                construct = c
-            elif c is not None:
-                problems.append(DumpProblem(cpath, "is not a JSON object; scopes come from the names"))
-        stacks: dict[str, list[str]] = {}
-        spath = os.path.join(d, "stack.json")
-        if os.path.exists(spath):
-            stacks = _parse_stack(_read_json(spath, problems))
+        if journaled is None:
+            construct: dict[str, Any] = {}
+            cpath = os.path.join(d, "construct.json")
+            if os.path.lexists(cpath):
+                c = _read_json(cpath, problems)
+                if isinstance(c, dict):
+                    construct = c
+                    bad = [k for k, v in c.items() if v is not None and type(v) is not str]
+                    if bad:
+                        problems.append(DumpProblem(cpath, f"{len(bad)} entries whose parent is not a name (e.g. "
+                                                           f"{_short(bad[0])}); their scopes come from the names"))
+                        construct = {k: v for k, v in c.items() if v is None or type(v) is str}
+                elif c is not FAILED:
+                    problems.append(DumpProblem(cpath, f"holds {_json_kind(c)}, not a JSON object; scopes come "
+                                                       f"from the names"))
+            stacks = {}
+            spath = os.path.join(d, "stack.json")
+            if os.path.lexists(spath):
+                sdoc = _read_json(spath, problems)
+                if not isinstance(sdoc, dict) and sdoc is not FAILED:
+                    problems.append(DumpProblem(spath, f"holds {_json_kind(sdoc)}, not a JSON object; no call "
+                                                       f"stacks"))
+                stacks = _parse_stack(sdoc)
+                if isinstance(sdoc, dict) and sdoc and not any(stacks.values()):
+                    problems.append(DumpProblem(spath, "holds no call stacks in msProbe's layout ({\"0\": [[names], "
+                                                       "[frames]], ...}); ignored"))
         data_dir = os.path.join(d, "dump_tensor_data")
         if not os.path.isdir(data_dir):
             alt = doc.get("dump_data_dir")
-            data_dir = alt if isinstance(alt, str) and os.path.isdir(alt) else data_dir
+            if isinstance(alt, str) and alt and os.path.normpath(alt) != os.path.normpath(data_dir):
+                problems.append(DumpProblem(
+                    data_dir, f"missing; dump.json's dump_data_dir {_short(alt, 120)} is not read: only files "
+                              f"inside the dump's own folder are (a copied or crafted dump.json could point "
+                              f"anywhere); tensors keep their statistics only"))
         listing = set(_listdir(data_dir))
         self._build_step(step, data, construct, stacks, data_dir, listing, json_path)
+
+    def _from_journal(self, d: str) -> tuple[dict, dict, dict] | None:
+        """A step cut mid-write (kill -9) left its crash journal: its entries, as ``recover`` would write
+        them (read-only; the problem says how to make it permanent)."""
+        from .journal import JOURNAL, read_journal
+
+        jpath = os.path.join(d, JOURNAL)
+        if not os.path.lexists(jpath):
+            return None
+        try:
+            read_regular(jpath, MAX_JSON_BYTES)  # type and size checks before reading
+            asm = read_journal(jpath)
+            doc = asm.dump_json()
+            construct, stacks = asm.construct_json(), _parse_stack(asm.stack_json())
+        except (ValueError, OSError, RecursionError, KeyError, TypeError, AttributeError, StopIteration) as e:
+            self.problems.append(DumpProblem(jpath, f"crash journal of an unfinished step, unreadable "
+                                                    f"({str(e).split(': ', 1)[-1]}); dump.json is loaded as is"))
+            return None
+        self.problems.append(DumpProblem(
+            jpath, f"the step was cut before it finished (the writing process ended mid-step); "
+                   f"{len(doc['data'])} entries recovered from this crash journal. "
+                   f"nbdebug.dump.recover({os.path.dirname(d)!r}) writes them into dump.json"))
+        return doc, construct, stacks
 
     # -- the main pass --------------------------------------------------------------------------------
     def _build_step(self, step: int, data: dict, construct: dict, stacks: dict, data_dir: str,
@@ -596,13 +730,21 @@ class _Builder:
         def tensor_meta(name, slot, t):
             raw = t["shape"]
             shape = tuple(raw) if type(raw) is list else raw
-            count = shape_cache.get(shape) if type(shape) is tuple else None
+            if not isinstance(shape, tuple) or not all(type(x) is int and x >= 0 for x in shape):
+                problems.append(DumpProblem(rel, f"{name} {slot}: bad shape {_short(raw)}; tensor skipped"))
+                return None
+            count = shape_cache.get(shape)
             if count is None:
-                if not isinstance(shape, tuple) or not all(type(x) is int and x >= 0 for x in shape):
-                    problems.append(DumpProblem(rel, f"{name} {slot}: bad shape {raw!r}; tensor skipped"))
+                count = float(math.prod(shape))
+                if count > MAX_ELEMENTS:
+                    problems.append(DumpProblem(rel, f"{name} {slot}: implausible shape {_short(raw)} "
+                                                     f"({count:.3g} elements); tensor skipped"))
                     return None
-                count = shape_cache[shape] = float(math.prod(shape))
+                shape_cache[shape] = count
             rd = t.get("dtype", "")
+            if type(rd) is not str:
+                problems.append(DumpProblem(rel, f"{name} {slot}: bad dtype {_short(rd)}; shown as 'unknown'"))
+                rd = "unknown"
             dtype = dtype_cache.get(rd)
             if dtype is None:
                 dtype = dtype_cache[rd] = normalize_dtype(rd)
@@ -622,6 +764,7 @@ class _Builder:
                 for pname, t in params.items():
                     if not isinstance(t, dict) or "shape" not in t:
                         continue
+                    t = _clean_tensor(t, name, f"parameters.{pname}", rel, problems)
                     node_name = f"Parameter.{info.path}.{pname}" if info.path else f"Parameter.{pname}"
                     key = (node_name, "output.0")
                     if key in rows.index:
@@ -688,11 +831,24 @@ class _Builder:
             is_module = info.kind == "module"
             is_pgrad = info.direction == "parameters_grad"
             shapes, dtypes = node.shapes, node.dtypes
-            for slot, t in entry_slots(entry):
+            try:
+                slots = entry_slots(entry)
+            except RecursionError:
+                problems.append(DumpProblem(rel, f"entry {name!r} is nested too deeply; skipped"))
+                continue
+            for slot, t in slots:
                 g = t.get
+                if not (type(g("Max")) in _STAT_TYPES and type(g("Min")) in _STAT_TYPES
+                        and type(g("Mean")) in _STAT_TYPES and type(g("Norm")) in _STAT_TYPES
+                        and type(g("dtype")) is str):
+                    t = _clean_tensor(t, name, slot, rel, problems)
+                    g = t.get
                 raw = g("shape")
                 shape = tuple(raw) if type(raw) is list else raw
-                count = shape_get(shape) if type(shape) is tuple else None
+                try:
+                    count = shape_get(shape) if type(shape) is tuple else None
+                except TypeError:  # unhashable shape elements
+                    count = None
                 if count is None:
                     meta = tensor_meta(name, slot, t)
                     if meta is None:
@@ -915,6 +1071,12 @@ def load(path: str | os.PathLike, *, rank: int | str | None = None, steps: Itera
     progress: ``progress(done, total, what)`` during the load (a UI passes its own; by default a line on
         stderr once a load takes more than a second).
     warn: emit one ``UserWarning`` summing up the problems found.
+
+    Raises only ``ValueError`` (nothing in ``path`` is a dump, or no step matches) and ``OSError``
+    (``FileNotFoundError``: no such path). Damage inside a dump is never raised: every damaged, hostile or
+    unreadable file (truncated or non-object JSON, statistics that are not numbers, nesting too deep,
+    symlinks to devices, FIFOs, files over :data:`MAX_JSON_BYTES`) is skipped and named in ``problems``;
+    only regular files inside the dump folder are read, and a step cut by a crash is read from its journal.
     """
     path = os.fspath(path)
     layout = detect_layout(path)
@@ -972,7 +1134,14 @@ def _load(path: str, layout: str, rank: int | str | None, steps: Iterable[int] |
         total = len(plan)
         for k, (step, label, d) in enumerate(plan):
             report(k, total, f"steps ({label})")
-            builder.read_rank_dir(step, d, json_file)
+            try:
+                builder.read_rank_dir(step, d, json_file)
+            except (TypeError, ValueError, KeyError, AttributeError, IndexError, RecursionError, OverflowError,
+                    UnicodeError) as e:  # damage no specific check names: the step is skipped, named
+                _drop_step(session, step)
+                problems.append(DumpProblem(json_file or os.path.join(d, "dump.json"),
+                                            f"damaged ({type(e).__name__}: {_short(str(e), 200)}); step {step} "
+                                            f"is skipped"))
         report(total, total, "steps")
         meta = dict(builder.meta)
         meta["ranks"] = sorted(ranks_seen, key=_rank_sort_key)
@@ -997,6 +1166,11 @@ def _load(path: str, layout: str, rank: int | str | None, steps: Iterable[int] |
     off = OfflineSession(session, path=path, layout=layout, meta=meta)
     _warn(off, warn)
     return off
+
+
+def _drop_step(session: DumpSession, step: int) -> None:
+    for d in (session.steps, session.files, session.estimated):
+        d.pop(step, None)
 
 
 def _warn(off: OfflineSession, warn: bool) -> None:

@@ -9,6 +9,12 @@ rename), then journals the node's JSON (:mod:`nbdebug.dump.journal`). At the ste
 assembled and written atomically; a crash mid-step leaves the journal, which :func:`~nbdebug.dump.journal.recover`
 turns into the same files.
 
+A write that fails (a full disk, a quota, a removed folder) never stops training and never stops the dump
+for good: the step is reported — one ``UserWarning`` per step and a :class:`~nbdebug.offline.DumpProblem`
+in :attr:`DumpWriter.problems` naming the folder, the step and the cause ("the disk holding ... is full") —,
+no temporary file is left behind, the step's crash journal stays when it holds what ``dump.json`` could not
+take (``nbdebug.load`` reads it), and the next step is dumped as usual once the cause is gone.
+
 Only msProbe's own entries are written. nbdebug's extra graph nodes — ``Parameter.*``, ``Input.*``,
 ``Constant.*`` and ``Optimizer.*.step.*`` — are not: msProbe's compare expects none of them (the optimizer's
 own ops still appear, as ``Tensor.add_.N.forward`` and so on, exactly as msProbe writes them).
@@ -30,11 +36,14 @@ own ops still appear, as ``Tensor.add_.N.forward`` and so on, exactly as msProbe
 from __future__ import annotations
 
 import atexit
+import errno
+import glob
 import linecache
 import os
 import sys
 import threading
 import traceback
+import warnings
 import weakref
 from collections import deque
 from dataclasses import fields, is_dataclass
@@ -184,6 +193,9 @@ class DumpWriter:
                                        and not cfg.scope and not cfg.list) else "ALL"
         self.closed = False
         self.errors: list[str] = []
+        #: every step that could not be written completely: ``DumpProblem(folder, "step N ...: cause")``
+        self.problems: list[Any] = []
+        self._failed_step: int | None = None  # an auto-numbered step whose folder could not be opened
         self.step_no: int | None = None  # the step directory open now
         self.rank_dir: str | None = None
         self.data_dir: str | None = None
@@ -237,8 +249,29 @@ class DumpWriter:
         done = threading.Event()
         self._queue.put(("open", (self.rank_dir, self.data_dir, head, done)))
         done.wait()
-        self._raise_errors()
+        if self.errors:  # the step's folder or journal could not be written: this step is not dumped
+            self._report(step, self.rank_dir, "not dumped")
+            done = threading.Event()
+            self._queue.put(("abort", done))  # drop what was half-opened (the journal and its descriptor)
+            done.wait()
+            self.errors = []
+            self.step_no = self.rank_dir = self.data_dir = None
+            self._failed_step = step
+            return False
+        self._failed_step = None
         return True
+
+    def _report(self, step: int, where: str | None, what: str) -> None:
+        """One warning and one problem record for a step that could not be written completely."""
+        from ..offline import DumpProblem
+
+        errs, self.errors = self.errors, []
+        where = where or self.config.dump_path
+        cause = _cause(errs, where)
+        msg = (f"step {step} {what}: {cause}. Training goes on; later steps are dumped as usual once the cause "
+               f"is fixed")
+        self.problems.append(DumpProblem(where, msg))
+        warnings.warn(f"nbdebug dump: {where}: {msg}", UserWarning, stacklevel=2)
 
     def flush(self) -> None:
         """Write the JSON files of the open step from everything produced so far (msProbe's ``stop()``)."""
@@ -247,7 +280,8 @@ class DumpWriter:
         done = threading.Event()
         self._queue.put(("flush", done))
         done.wait()
-        self._raise_errors()
+        if self.errors:
+            self._report(self.step_no, self.rank_dir, "is not completely written yet")
 
     def finish_step(self) -> str | None:
         """Finalize the open step (JSON files written, journal removed); returns its rank directory."""
@@ -257,10 +291,15 @@ class DumpWriter:
         done = threading.Event()
         self._queue.put(("close", done))
         done.wait()
-        self.last_dir = self.rank_dir
+        step, where = self.step_no, self.rank_dir
         self.step_no = self.rank_dir = self.data_dir = None
         self._new_step_state()
-        self._raise_errors()
+        if self.errors:
+            self._report(step, where, "was not dumped completely (what was written is in its folder; a crash "
+                                      "journal left there holds what dump.json could not take and nbdebug.load "
+                                      "reads it)")
+            return None
+        self.last_dir = where
         return self.last_dir
 
     def _on_session_step(self, index: int) -> None:
@@ -272,19 +311,19 @@ class DumpWriter:
             return True
         if not self.auto_steps:
             return False
-        self.open_step(self.session.step_index if self.session is not None else 0, self.io.rank())
-        self.auto_steps = True
+        step = self.session.step_index if self.session is not None else 0
+        if step == self._failed_step:
+            return False  # reported once; tried again at the next step
+        try:
+            self.open_step(step, self.io.rank())
+        finally:
+            self.auto_steps = True
         return self.step_no is not None
 
     @property
     def pending(self) -> int:
         """Items handed to the writer thread and not written yet."""
         return len(self._queue.items) + self._queue.busy
-
-    def _raise_errors(self) -> None:
-        if self.errors:
-            errs, self.errors = self.errors, []
-            raise RuntimeError("nbdebug dump: " + "; ".join(errs))
 
     # -- the tap (training thread) ----------------------------------------------------------------
     def _snap(self, t: Any) -> Any:
@@ -549,31 +588,41 @@ class DumpWriter:
                 self.errors.append(f"{type(e).__name__}: {e}")
                 self._log_error(traceback.format_exc())
             finally:
-                if cmd in ("open", "flush", "close"):
+                if cmd in ("open", "flush", "close", "abort"):
                     (payload[3] if cmd == "open" else payload).set()
 
     def _log_error(self, text: str) -> None:
         if self.rank_dir and os.path.isdir(self.rank_dir):
+            path = os.path.join(self.rank_dir, "dump_error_info.log")
             try:
-                with open(os.path.join(self.rank_dir, "dump_error_info.log"), "a", encoding="utf-8") as f:
+                with open(path, "a", encoding="utf-8") as f:
                     f.write(text + "\n")
             except OSError:
-                pass
+                try:  # a full disk: no empty log file left behind
+                    if os.path.getsize(path) == 0:
+                        os.remove(path)
+                except OSError:
+                    pass
 
     def _handle(self, cmd: str, payload: Any) -> None:
         if cmd == "open":
             rank_dir, data_dir, head, _ = payload
+            if self._journal is not None:
+                self._journal.close(remove=False)
+                self._journal = None
             os.makedirs(rank_dir, exist_ok=True)
             if data_dir:
                 os.makedirs(data_dir, exist_ok=True)
-            if self._journal is not None:
-                self._journal.close(remove=False)
-            self._journal = Journal(rank_dir, head)
             self._bwd = {}
+            self._journal = Journal(rank_dir, head)
             self._journal.write_files()
             return
         j = self._journal
         if j is None:
+            return
+        if cmd == "abort":
+            self._journal = None
+            j.close(remove=True)
             return
         if cmd == "e":
             rec, part = payload
@@ -607,15 +656,21 @@ class DumpWriter:
         elif cmd == "flush":
             j.write_files()
         elif cmd == "close":
-            j.write_files()
-            j.close(remove=True)
             self._journal = None
+            ok = False
+            try:
+                j.write_files()
+                ok = True
+            finally:
+                j.close(remove=ok)  # files not written: the journal stays, for nbdebug.load and recover
 
     def _resolve(self, obj: Any) -> Any:
         if isinstance(obj, NdSnap):
             out = dict(obj.head)
             if obj.data_name and obj.arr is not None and self.data_dir:
-                out["data_name"] = self.io.save_ndarray(obj.arr, os.path.join(self.data_dir, obj.data_name))
+                path = os.path.join(self.data_dir, obj.data_name)
+                with _no_leftovers(path):
+                    out["data_name"] = self.io.save_ndarray(obj.arr, path)
             return out
         if isinstance(obj, self._snap_types):
             return self._tensor_json(obj)
@@ -633,7 +688,9 @@ class DumpWriter:
         if io.has_requires_grad:
             out["requires_grad"] = s.requires_grad
         if s.data_name and s.data is not None and self.data_dir:
-            io.save(s, os.path.join(self.data_dir, s.data_name))
+            path = os.path.join(self.data_dir, s.data_name)
+            with _no_leftovers(path):
+                io.save(s, path)
             out["data_name"] = s.data_name
         if self.md5:
             out["md5"] = io.crc32(s)
@@ -661,6 +718,50 @@ class DumpWriter:
     def __repr__(self) -> str:
         where = self.rank_dir or self.last_dir or self.config.dump_path
         return f"<nbdebug.DumpWriter {self.config.task} level={self.level} {where}>"
+
+
+class _no_leftovers:  # noqa: N801 - a context manager used like a function
+    """On a failed save, remove the temporary files of ``path`` (``path.tmp*``) the saver left."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is not None:
+            for tmp in glob.glob(glob.escape(self.path) + ".tmp*"):
+                try:
+                    os.remove(tmp)
+                except OSError:
+                    pass
+
+
+def _cause(errors: list[str], where: str) -> str:
+    """A readable cause for writer errors: a full disk is said as such (torch's serializer reports it as
+    "PytorchStreamWriter failed writing file ..."), other errors are shown shortened."""
+    uniq = list(dict.fromkeys(e.splitlines()[0][:300] for e in errors if e))
+    text = "; ".join(uniq[:2]) + (f" ({len(errors)} failed writes in all)" if len(errors) > 2 else "") \
+        if uniq else "unknown error"
+    probe = where
+    while probe and not os.path.exists(probe):
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            break
+        probe = parent
+    free = None
+    try:
+        st = os.statvfs(probe or ".")
+        free = st.f_bavail * st.f_frsize
+    except OSError:
+        pass
+    full = (os.strerror(errno.ENOSPC) in text or "ENOSPC" in text or os.strerror(errno.EDQUOT) in text
+            or (free is not None and free < 1 << 20))
+    if full:
+        return (f"the disk holding {probe or where} is full ({free if free is not None else '?'} bytes free); "
+                f"free some space or dump elsewhere (cause: {text})")
+    return text
 
 
 def _exit_hook(writer: DumpWriter) -> Any:

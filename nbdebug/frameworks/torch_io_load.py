@@ -43,7 +43,7 @@ def load_pt(path: str) -> np.ndarray:
     return _to_numpy(obj)
 
 
-def load_state(path: Any) -> tuple[dict[str, np.ndarray], set[str] | None, set[str]]:
+def load_state(path: Any, *, trust_pickle: bool = False) -> tuple[dict[str, np.ndarray], set[str] | None, set[str]]:
     """Parameters and buffers of a ``.pth`` checkpoint.
 
     Returns ``(values, trainable, buffers)``: ``values`` maps names to arrays; ``trainable`` is the set of
@@ -51,13 +51,23 @@ def load_state(path: Any) -> tuple[dict[str, np.ndarray], set[str] | None, set[s
     state dict, where that is not recorded); ``buffers`` names the entries known to be buffers.
     Accepts ``torch.save(model.state_dict())``, ``torch.save(model)`` and the common wrappers
     ``{"state_dict": ...}`` / ``{"model": ...}``, or an ``nn.Module`` itself.
+
+    Files are read with ``torch.load(weights_only=True)``: nothing in them is executed. A file that needs
+    the full unpickler (a pickled ``nn.Module``, custom classes) is refused with a ``ValueError`` unless
+    ``trust_pickle=True`` — unpickling runs code chosen by whoever wrote the file.
     """
     import torch
 
     try:
         obj = path if isinstance(path, torch.nn.Module) else torch.load(path, map_location="cpu", weights_only=True)
-    except Exception:
-        try:  # a pickled nn.Module needs the full unpickler; only for files the user chose to open
+    except Exception as first:
+        if not trust_pickle:
+            raise ValueError(
+                f"{path}: cannot be read safely (torch.load(weights_only=True) refused it: "
+                f"{type(first).__name__}: {str(first).splitlines()[0] if str(first) else ''}). It may need the full "
+                f"unpickler, which runs code from the file; pass trust_pickle=True only for a file you trust, "
+                f"or save a state dict instead (torch.save(model.state_dict(), path))") from None
+        try:  # the caller trusts this file (trust_pickle=True): a pickled nn.Module needs the full unpickler
             obj = torch.load(path, map_location="cpu", weights_only=False)
         except Exception as e:
             raise ValueError(f"{path}: cannot be read by torch.load ({type(e).__name__}: {e})") from None

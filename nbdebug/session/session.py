@@ -1,6 +1,7 @@
 """The session: what every view, watchpoint and dump reads.
 
-A :class:`Session` holds the graph, one :class:`StatsTable` per finished step, the statistics being
+A :class:`Session` holds the graph, the :class:`StatsTable` of the last ``stats_window`` finished steps,
+a compact :class:`History` (a few floats per output tensor) of every older step, the statistics being
 collected for the step in progress, and retained tensor values. Framework adapters write into it;
 nothing here imports a framework.
 
@@ -19,7 +20,8 @@ from typing import Any
 import numpy as np
 
 from .graph import Graph, Node
-from .stats import FIELDS, StatsTable, row_to_mapping
+from .history import HISTORY_FIELDS, History
+from .stats import FIELDS, STAT_KEYS, StatsTable, row_to_mapping
 from .store import NotRetainedError, TensorStore
 
 RAW_WIDTH = 9  # max, min, sum, abs_sum, sq_sum, zero, nan, +inf, -inf
@@ -96,6 +98,14 @@ def raw_to_fields(raw: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return out
 
 
+class StatsNotRetainedError(NotRetainedError, KeyError):
+    """A step's full statistics fell out of the window; a ``KeyError`` too, for code that asks for a step's
+    table and handles a missing one."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
 class StepRecorder:
     """The (node, slot) → stats-row bookkeeping of the step in progress (hot path: appends only)."""
 
@@ -133,7 +143,7 @@ class Session:
     """Graph + per-step statistics + retained values of one debugged run (live or offline)."""
 
     def __init__(self, *, framework: str, framework_version: str = "", device: str = "cpu",
-                 memory_budget: int = 512 * 2**20, live: bool = True) -> None:
+                 memory_budget: int = 512 * 2**20, live: bool = True, stats_window: int | None = 8) -> None:
         self.framework = framework
         self.framework_version = framework_version
         self.device = device
@@ -141,6 +151,9 @@ class Session:
         self.live = live
         self.graph = Graph()
         self.steps: dict[int, StatsTable] = {}
+        #: finished steps whose full tables are kept (None: all); older ones move to :attr:`history`
+        self.stats_window = stats_window
+        self.history = History()
         self.step_index = 0
         self.store = TensorStore(memory_budget)
         #: the step whose values ``store.current`` holds; the store rotates lazily, when the next step
@@ -205,6 +218,10 @@ class Session:
         table = self._build_table(raw)
         self.steps[self.step_index] = table
         self.step_index += 1
+        if self.stats_window is not None:
+            while len(self.steps) > self.stats_window:
+                old = min(self.steps)
+                self.history.add(old, self.steps.pop(old))  # its caches go with it
         self.recorder = StepRecorder()
         self.order = 0
         self._partial = None
@@ -232,7 +249,18 @@ class Session:
                 raw = self.raw_source() if self.raw_source else np.zeros((0, 9))
                 self._partial = (n, self._build_table(raw))
             return self._partial[1]
+        if step in self.history:
+            raise StatsNotRetainedError(self._out_of_window(step))
+        if isinstance(step, (int, np.integer)) and step < 0:
+            raise KeyError(f"step {step} is invalid: steps are numbered from 0; steps with statistics: "
+                           f"{self.step_range()}")
         raise KeyError(f"no statistics for step {step}; steps with statistics: {self.step_range()}")
+
+    def _out_of_window(self, step: int) -> str:
+        return (f"step {step} fell out of the statistics window: full statistics are kept for the last "
+                f"{self.stats_window} finished steps ({self.step_range()}; Debugger(stats_window=N) keeps more). "
+                f"Its compact history keeps {', '.join(HISTORY_FIELDS)} of each output tensor: ask "
+                f"stats(node, slot, step, fields=[...]) for those, or timeline(node, slot, field)")
 
     def node_table(self, node: str) -> StatsTable:
         """Statistics of ``node``'s tensors in the step in progress (cheap: only its rows)."""
@@ -249,6 +277,8 @@ class Session:
 
     def step_range(self) -> str:
         done = sorted(self.steps)
+        if not done and self.history.steps:
+            done = [max(self.history.steps)]
         if not done:
             return "none yet" if not len(self.recorder) else f"{self.step_index} (in progress)"
         return f"{done[0]}..{done[-1]}" + (f", {self.step_index} (in progress)" if len(self.recorder) else "")
@@ -262,12 +292,21 @@ class Session:
         cur = self.step_index if key in self.recorder.index else self.step_index - 1
         return cur if step == "current" else cur - 1
 
-    def stats(self, node: str, slot: str, step: int | str = "current") -> Mapping[str, Any]:
+    def stats(self, node: str, slot: str, step: int | str = "current",
+              fields: Any = None) -> Mapping[str, Any]:
+        """Statistics of one tensor; ``fields`` picks some of them (a step out of the window serves the
+        :data:`HISTORY_FIELDS` of an output tensor)."""
         key = (node, slot)
         self._check_key(node, slot)
-        idx = self.resolve_step(key, step)
-        if idx < 0:
-            raise KeyError(f"{node} {slot}: there is no {step} step yet")
+        want = _check_fields(fields)
+        idx = self._step_of(key, step)
+        if idx not in self.steps and idx in self.history:
+            compact = self.history.get(idx, key)
+            if want is not None and set(want) <= set(HISTORY_FIELDS) and compact is not None:
+                return {f: compact[f] for f in want}
+            raise StatsNotRetainedError(f"{node} {slot}: " + self._out_of_window(idx)
+                                        + ("" if compact is not None or slot.startswith("output") else
+                                           " (input and parameter slots are their producers' outputs there)"))
         table = self.table(idx)
         i = table.index.get(key)
         if i is None:
@@ -276,14 +315,42 @@ class Session:
         if i in table.unsupported:
             out.update({k: None for k in ("max", "min", "mean", "abs_mean", "norm")})
             out["unsupported"] = table.unsupported[i]
+        if want is not None:
+            nf = out["nan_count"] + out["pos_inf_count"] + out["neg_inf_count"]
+            out = {f: (nf if f == "nonfinite_count" else out[f]) for f in want}
         return out
+
+    def _step_of(self, key: tuple[str, str], step: Any) -> int:
+        if isinstance(step, (int, np.integer)) and not isinstance(step, bool) and step < 0:
+            raise ValueError(f"step {step} is invalid: steps are numbered from 0 (\"current\" and \"previous\" "
+                             f"name the latest ones); steps with statistics: {self.step_range()}")
+        idx = self.resolve_step(key, step)
+        if idx < 0:
+            raise KeyError(f"{key[0]} {key[1]}: there is no {step} step yet")
+        return idx
+
+    def timeline(self, node: str, slot: str, field: str = "norm") -> tuple[list[int], list[float]]:
+        """``(steps, values)`` of one statistic of one tensor over every finished step (the compact history,
+        then the window); ``field`` one of :data:`HISTORY_FIELDS`."""
+        if field not in HISTORY_FIELDS:
+            raise ValueError(f"field must be one of {', '.join(HISTORY_FIELDS)}, got {field!r}")
+        key = (node, slot)
+        self._check_key(node, slot)
+        steps, vals = self.history.series(key, field)
+        for idx in sorted(self.steps):
+            if key in self.steps[idx].index:
+                m = self.stats(node, slot, idx, fields=[field])
+                v = m[field]
+                steps.append(idx)
+                vals.append(float("nan") if v is None else float(v))
+        return steps, vals
 
     def tensor(self, node: str, slot: str, step: int | str = "current") -> np.ndarray:
         key = (node, slot)
         if step == "initial":
             return self.store.get(key, "initial")
         self._check_key(node, slot)
-        idx = self.resolve_step(key, step)
+        idx = self._step_of(key, step)
         if idx == self.store_step:
             which = "current"
         elif idx == self.store_step - 1:
@@ -325,3 +392,19 @@ class Session:
         known = self.graph.nodes[node].shapes
         if known and slot not in known:
             raise KeyError(f"node {node!r} has no slot {slot!r}; its slots: {sorted(known)}")
+
+
+def _check_fields(fields: Any) -> tuple[str, ...] | None:
+    if fields is None:
+        return None
+    if isinstance(fields, str):
+        fields = (fields,)
+    try:
+        out = tuple(fields)
+    except TypeError:
+        raise TypeError(f"fields must be a list of statistic names, got {fields!r}") from None
+    known = set(STAT_KEYS) | set(HISTORY_FIELDS)
+    bad = [f for f in out if f not in known]
+    if bad:
+        raise ValueError(f"unknown statistic(s) {bad}; known: {', '.join(STAT_KEYS)}, nonfinite_count")
+    return out

@@ -48,6 +48,9 @@ class TensorStore:
         if budget_bytes < 0:
             raise ValueError(f"memory budget must be >= 0 bytes, got {budget_bytes}")
         self.budget = int(budget_bytes)
+        #: whether values no watchpoint reads are kept (the Debugger's ``retain``); a value watchpoint
+        #: forces its nodes' outputs only: their inputs and parameters are other nodes' outputs
+        self.keep_unpinned = True
         self.current: dict[tuple[str, str], Any] = {}
         self.previous: dict[tuple[str, str], Any] = {}
         self.initial: dict[tuple[str, str], Any] = {}
@@ -71,6 +74,12 @@ class TensorStore:
         if id(handle) in ids:  # the same tensor under another name costs nothing more
             table[key] = handle
             return True
+        if force and key[1].startswith(("input", "parameters")):
+            if not self.keep_unpinned:
+                self._reasons[which][key] = (f"not retained: {key[1]} of a watched node is another node's "
+                                             f"output (read it there); only watched outputs are kept")
+                return False
+            force = False  # an input is kept like any unwatched value: within the budget
         if not force and not self.fits(handle.nbytes):
             self._reasons[which][key] = (
                 f"not retained: {fmt_bytes(handle.nbytes)} would exceed the memory budget of "

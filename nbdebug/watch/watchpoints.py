@@ -161,11 +161,25 @@ class WatchManager:
               **params: Any) -> Watchpoint:
         """Create a watchpoint; ``nodes`` takes names, glob patterns or a list (None: the category)."""
         cond = get_condition(condition).abbr
+        _check_names(cond, params)
         checked = validate(cond, params)
         wp = Watchpoint(next(self._ids), cond, checked, _patterns(nodes), target)
         self.watchpoints[wp.id] = wp
         self.pin_values()
+        self._warn_if_empty(wp)
         return wp
+
+    def _warn_if_empty(self, wp: Watchpoint) -> None:
+        """A selection that names nodes but matches none of those captured so far is most often a typo."""
+        graph = self.session.graph
+        if wp.nodes is None or not len(graph) or any(wp.selects(n) for n in graph):
+            return
+        import warnings
+
+        shown = ", ".join(repr(p) for p in wp.nodes[:3]) + (" ..." if len(wp.nodes) > 3 else "")
+        warnings.warn(f"watchpoint #{wp.id} ({wp.condition}): nodes={shown} matches nothing among the "
+                      f"{len(graph)} nodes captured so far; it will apply to matching nodes that appear later",
+                      UserWarning, stacklevel=4)
 
     def get(self, wp: int | Watchpoint) -> Watchpoint:
         key = wp.id if isinstance(wp, Watchpoint) else wp
@@ -179,7 +193,10 @@ class WatchManager:
                nodes: Any = ..., **params: Any) -> Watchpoint:
         """Add/remove nodes, enable/disable, replace the selection or change parameters."""
         w = self.get(wp)
+        if enabled is not None and not isinstance(enabled, (bool, np.bool_)):
+            raise TypeError(f"enabled must be True or False, got {enabled!r}")
         if params:
+            _check_names(w.condition, params)
             merged = {k: v for k, v in w.params.items() if k not in params}
             merged.update(params)
             user = {k: v for k, v in merged.items() if v is not None}
@@ -197,6 +214,8 @@ class WatchManager:
         w.version += 1
         self._initial_done.discard(w.id)
         self.pin_values()
+        if nodes is not ...:
+            self._warn_if_empty(w)
         return w
 
     def delete(self, wp: int | Watchpoint) -> None:
@@ -352,12 +371,26 @@ def _patterns(nodes: str | Iterable[str] | None) -> list[str] | None:
     if nodes is None:
         return None
     if isinstance(nodes, str):
-        return [nodes]
+        nodes = [nodes]
+    elif isinstance(nodes, (bytes, dict)) or not isinstance(nodes, Iterable):
+        raise TypeError(f"nodes must be a node name, a glob pattern or a list of them (None: the condition's "
+                        f"category), got the {type(nodes).__name__} {nodes!r}")
     out = list(nodes)
     for n in out:
         if not isinstance(n, str):
-            raise TypeError(f"nodes must be names or glob patterns (str), got {type(n).__name__}")
+            raise TypeError(f"nodes must be names or glob patterns (str), got the {type(n).__name__} {n!r}")
+        if not n.strip():
+            raise ValueError("nodes holds an empty name, which matches nothing: give node names or glob "
+                             "patterns (e.g. 'Functional.*'), or None for the condition's category")
     return out
+
+
+def _check_names(cond: str, params: dict[str, Any]) -> None:
+    """Parameter names must be identifiers (``watch("TO", **{"": 1})`` names the bad one)."""
+    for k in params:
+        if not isinstance(k, str) or not k.isidentifier():
+            raise ValueError(f"{cond}: {k!r} is not a parameter name (parameters are keyword arguments such as "
+                             f"max_gt=1e3)")
 
 
 def _rows_by_node(table: StatsTable) -> dict[str, list[tuple[str, int]]]:
