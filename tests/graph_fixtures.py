@@ -337,23 +337,37 @@ def harness_server() -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def harness_page(viewport: tuple[int, int] = (1120, 720)) -> Iterator[Any]:
-    """A Chromium page on the harness, with ``page.errors`` collecting page errors."""
-    from playwright.sync_api import sync_playwright
+def harness_page(viewport: tuple[int, int] = (1120, 720), browser: Any = None) -> Iterator[Any]:
+    """A Chromium page on the harness, with ``page.errors`` collecting page errors. ``browser``: a running
+    playwright browser to open it in (in pytest, the shared ``chromium`` fixture: one sync playwright per
+    process); None starts one (the benchmark scripts)."""
+    with harness_server() as url:
+        if browser is not None:
+            yield from _harness_page(browser, url, viewport)
+            return
+        from playwright.sync_api import sync_playwright
 
-    with harness_server() as url, sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": viewport[0], "height": viewport[1]})
-            errors: list[str] = []
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-            page.errors = errors  # type: ignore[attr-defined]
-            page.goto(url)
-            page.wait_for_function("() => window.uiLoaded === true")
-            yield page
-        finally:
-            browser.close()
+        with sync_playwright() as pw:
+            own = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            try:
+                yield from _harness_page(own, url, viewport)
+            finally:
+                own.close()
+
+
+def _harness_page(browser: Any, url: str, viewport: tuple[int, int]) -> Iterator[Any]:
+    ctx = browser.new_context(viewport={"width": viewport[0], "height": viewport[1]})
+    try:
+        page = ctx.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.errors = errors  # type: ignore[attr-defined]
+        page.goto(url)
+        page.wait_for_function("() => window.uiLoaded === true")
+        yield page
+    finally:
+        ctx.close()
 
 
 def draw(page: Any, widget: dict[str, Any]) -> dict[str, Any]:

@@ -18,10 +18,10 @@ pytestmark = pytest.mark.timeout(300)
 
 
 @pytest.fixture(scope="module")
-def page():
+def page(chromium):
     if not fx.BUNDLE.is_file():
         pytest.fail(f"front end not built: {fx.BUNDLE} (cd frontend && node build.mjs)")
-    with fx.harness_page() as p:
+    with fx.harness_page(browser=chromium) as p:
         yield p
 
 

@@ -42,8 +42,8 @@ def test_dependencies_leave_numpy_to_the_frameworks():
     extras = meta["optional-dependencies"]
     assert extras["torch"] == ["torch==2.13.0"]
     assert set(extras["mindspore"]) == {"mindspore==2.10.0", "numpy<2"}
-    assert {"jupyterlab>=4", "notebook"} <= set(extras["lab"])
-    assert {"transformers", "notebook", "numpy<2", "mindspore==2.10.0", "torch==2.13.0"} <= set(extras["dev"])
+    assert {"jupyterlab>=4", "notebook>=7"} <= set(extras["lab"])
+    assert {"transformers", "notebook>=7", "numpy<2", "mindspore==2.10.0", "torch==2.13.0"} <= set(extras["dev"])
     assert not [e for e, deps in extras.items() if e not in ("mindspore", "dev") and "numpy<2" in deps]
 
 
