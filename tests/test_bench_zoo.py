@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import transformers  # noqa: F401  (half the zoo is built from its configs)
 
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "zoo.py"
 

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 
+import mindspore  # noqa: F401  (the scripts below train with it in fresh processes)
 import pytest
 
 import nbdebug

@@ -1,10 +1,13 @@
 """The debugger panel in a real JupyterLab, driven through real Chromium (issue 4).
 
 The quickstart notebook runs cell by cell up to the cell that displays the panel (``dbg``); from there
-on only the panel is used, as a user would: a TO watchpoint through the "+" form, CONTINUE into the hit
-on ``Torch.log.0.forward``, the hit's View button, a dimension selection in the tensor view, and
-TERMINATE. A second, slow training then shows that a button acts while the worker thread trains
-(PAUSE while running). Screenshots of the panel, the hit and the tensor view go to tests/artifacts/.
+on only the panel is used, as a user would: the graph's search reveals a node, a scope opens and closes,
+a watchpoint through the "+" form (a bad value first, its error under its field, then TO), CONTINUE into
+the hit on ``Torch.log.0.forward``, the hit's View button, a dimension selection in the tensor view,
+previous step and comparison, TERMINATE, and at the end a kernel restart marks the panels stale (the
+server's log has no traceback meanwhile). A second, slow training then shows that a button acts while the
+worker thread trains (PAUSE while running). Screenshots of the panel, the hit and the tensor view go to
+tests/artifacts/.
 """
 
 from __future__ import annotations
@@ -143,6 +146,7 @@ def test_panel_drives_quickstart_training(lab_page: LabPage) -> None:
            }""",
            arg=PANEL, timeout=60)
     expect_state(lab, "paused")
+    start_log = lab.server.log_path.stat().st_size
     shot(lab, "ui-panel", PANEL)
 
     # A TO watchpoint through the "+" form (another condition first: the form follows the choice).
@@ -152,6 +156,13 @@ def test_panel_drives_quickstart_training(lab_page: LabPage) -> None:
     choose_condition(form, "TL")
     expect(lab, "the TL form shows its parameter fields",
            "(sel) => document.querySelector(sel + ' .nbdebug-wp-param-max_gt input')", arg=PANEL)
+    form.locator(".nbdebug-wp-param-max_gt input").fill("big")  # a bad value first: its error, under it
+    lab.page.wait_for_timeout(800)
+    form.locator("button.nbdebug-wp-create").click()
+    expect(lab, "the error under the bad field", """(sel) => {
+        const e = document.querySelector(sel + ' .nbdebug-wp-error-max_gt');
+        return e && e.textContent.includes('must be a number');
+    }""", arg=PANEL)
     choose_condition(form, "TO")
     expect(lab, "the TO form has no parameter fields",
            "(sel) => !document.querySelector(sel + ' .nbdebug-wp-param') && "
@@ -177,6 +188,26 @@ def test_panel_drives_quickstart_training(lab_page: LabPage) -> None:
     problems = lab.page.evaluate(LAYOUT_PROBLEMS, PANEL)
     assert not problems, problems
     shot(lab, "ui-hit", PANEL)
+
+    # The graph's search box reveals the log op (opening its scopes) and the panel selects it.
+    graph = f"{PANEL} .nbdebug-ui-graph"
+    lab.page.locator(f"{graph} .ng-bar input").first.fill("Torch.log")
+    lab.page.locator(f"{graph} .ng-results div", has_text=ORIGIN).first.click()
+    expect(lab, f"{ORIGIN} selected from the graph's search", """([sel, name]) => {
+        const t = document.querySelector(sel + ' .nbdebug-details-title');
+        return t && t.textContent.includes(name);
+    }""", arg=[PANEL, ORIGIN])
+    # A scope opens when clicked and closes again.
+    g = f"document.querySelector({graph!r}).nbdebugGraph"
+    lab.page.evaluate(f"() => {g}.idle()")
+    key = lab.page.evaluate(f"() => {g}.scopes().find(k => k.startsWith('forward:') && k !== 'forward:' "
+                            f"&& !{g}.traits().expanded.includes(k))")
+    assert key, lab.page.evaluate(f"() => [{g}.scopes(), {g}.traits()]")
+    box = lab.page.evaluate(f"(k) => {g}.scopeBox(k)", key)
+    lab.page.evaluate(f"([x, y]) => {g}.click(x, y)", [box["x"] + box["w"] / 2, box["y"] + box["h"] / 2])
+    expect(lab, f"scope {key} open", f"(k) => {g}.traits().expanded.includes(k)", arg=key)
+    lab.page.evaluate(f"(k) => {g}.collapse(k)", key)
+    assert key not in lab.page.evaluate(f"() => {g}.traits()")["expanded"]
 
     # The hit's View button opens the tensor view: the log's output, 16 x 1, NaN in row 5.
     row.locator("button.nbdebug-hit-view").click()
@@ -218,6 +249,13 @@ def test_panel_drives_quickstart_training(lab_page: LabPage) -> None:
     assert after["rows"] == ["4", "5", "6", "7"] and after["cols"] == ["0"], after  # original indices
     assert after["cells"][1] == "nan" and "NaN 1" in after["legend"], after  # NaN marked, not a gap
     shot(lab, "ui-tensor-view", f"{PANEL} .nbdebug-tensor-view")
+    for label, title in (("Previous step", "previous step 2"), ("Comparison", "difference step 3")):
+        view.locator(".nbdebug-tensor-mode button", has_text=label).click()
+        expect(lab, f"the heatmap of the {label.lower()}", """([sel, title]) => {
+            const v = document.querySelector(sel + ' .nbdebug-tensor-view');
+            return v && v.textContent.includes(title);
+        }""", arg=[PANEL, title])
+    view.locator(".nbdebug-tensor-mode button", has_text="Current step").click()
     # Clicking a producer in the relationship diagram selects it (the kernel answers the click).
     producer = lab.page.evaluate("""(sel) => document.querySelector(
         sel + ' .nbdebug-tensor-graph .nbdebug-rel-node[data-depth="-1"]').dataset.name""", PANEL)
@@ -255,6 +293,15 @@ def test_panel_drives_quickstart_training(lab_page: LabPage) -> None:
 
     problems = [e for e in lab.errors if any(k in e.lower() for k in ("widget", "plotly", "nbdebug", "anywidget"))]
     assert not problems, f"console errors from the panel's widgets: {problems}"
+
+    # A kernel restart: the panels say they are stale. Nothing raised in the kernel meanwhile.
+    lab.page.evaluate("() => window.jupyterapp.shell.currentWidget.sessionContext.restartKernel()")
+    expect(lab, "the stale banner", """(sel) => {
+        const b = document.querySelector(sel + '.nbdebug-stale .nbdebug-stale-banner');
+        return b && b.textContent.includes('kernel restarted');
+    }""", arg=PANEL)
+    log = lab.server.log_path.read_bytes()[start_log:].decode(errors="replace")
+    assert "Traceback" not in log, log[-3000:]
 
 
 def choose_condition(form: Any, abbr: str) -> None:

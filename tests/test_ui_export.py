@@ -5,6 +5,7 @@ import base64
 import json
 import re
 
+import playwright  # noqa: F401  (Chromium through the shared `chromium` fixture)
 import pytest
 import torch
 from conftest import Net, train_steps

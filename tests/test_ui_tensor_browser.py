@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import playwright  # noqa: F401  (Chromium through the shared `chromium` fixture)
 import pytest
 import torch
 import torch.nn as nn
