@@ -26,7 +26,7 @@ $(PY_NP2):
 	$(PYTHON) -m venv $(VENV_NP2)
 
 $(STAMP_NP2): $(PY_NP2) pyproject.toml setup.py $(wildcard nbdebug/frameworks/*.c)
-	$(PY_NP2) -m pip install -q 'torch==2.13.0' 'numpy>=2' 'pandas<3' kaleido pytest pytest-timeout -e '.[torch]'
+	$(PY_NP2) -m pip install -q 'torch==2.13.0' 'numpy>=2' 'pandas<3' plotly pytest pytest-timeout -e '.[torch]'
 	touch $(STAMP_NP2)
 
 LABEXT_SRC := labextension/package.json labextension/tsconfig.json \

@@ -1,4 +1,4 @@
-"""Notebook panels (ipywidgets + plotly): the only part of nbdebug that imports them.
+"""Notebook panels (ipywidgets, and anywidget for our front end): the only part of nbdebug that imports them.
 
 ``Panel(source)`` is the debugger panel over a live :class:`nbdebug.Debugger` or an offline session
 (the *source* protocol is documented in :mod:`nbdebug.ui.source`); ``dbg.panel()``, displaying ``dbg``
@@ -6,10 +6,10 @@ and the ``%nbdebug`` magic (:mod:`nbdebug.ui.magics`) all build one.
 
 Modules, one concern each: ``source`` (what a panel reads), ``throttle`` (coalesced redraws),
 ``layout`` (node classes, labels, scope keys), ``graph_data`` (the graph view's protocol messages, pure),
-``frontend`` (the widget of our own front end), ``export`` (self-contained HTML), ``header``, ``graph_view``,
-``node_list``, ``details``,
+``frontend`` (the widget of our own front end), ``export`` (self-contained HTML), ``snapshot`` (the
+panel's last state as static HTML), ``heatmap_data``, ``header``, ``graph_view``, ``node_list``, ``details``,
 ``watch_panel``, ``hits``, ``controls``, ``tensor_math`` (pure numpy), ``tensor_view``, ``panel``,
-``magics``, ``autosize`` (plotly figures as wide as their place); ``compare_panel`` is the run-comparison
+``magics``; ``compare_panel`` is the run-comparison
 panel of ``nbdebug.compare`` (its own classes).
 
 Stable CSS classes, for driving the panel from a browser (``widget.add_class``)::
