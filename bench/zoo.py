@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import gc
 import json
 import os
 import shutil
@@ -40,7 +39,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,7 +50,8 @@ import torch.nn.functional as F
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from overhead import _dir_bytes, _hook_census, _import_nbdebug, _msprobe_config  # noqa: E402
+from overhead import _dir_bytes, _hook_census, _msprobe_config, _timed_block  # noqa: E402
+from overhead import run_nbdebug as _run_nbdebug  # noqa: E402
 
 MODELS = ("gpt2", "gpt2_ckpt", "bert", "t5", "llama_amp", "vit", "resnet", "mobilenet")
 LEVELS = ("L0", "L1", "mix")
@@ -255,41 +254,12 @@ def make_zoo_workload(name: str, seed: int = 0) -> ZooWorkload:
     return ZooWorkload(name, model, batches, loss, amp, init)
 
 
-# -- timing ----------------------------------------------------------------------------------------
-def timed(wl: ZooWorkload, opt, steps: int, warmup: int, before: Callable[[], None] | None = None,
-          after: Callable[[], None] | None = None) -> float:
-    """Mean ms per step over ``steps`` timed steps after ``warmup`` untimed ones."""
-    def one() -> None:
-        if before is not None:
-            before()
-        wl.step(opt)
-        if after is not None:
-            after()
-
-    for _ in range(warmup):
-        one()
-    gc.collect()
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        one()
-    return (time.perf_counter() - t0) * 1e3 / steps
+# -- timing: overhead.py's method (a ZooWorkload has the same reset()/step(opt)/model surface) ---------
+timed = _timed_block
 
 
 def run_nbdebug(wl: ZooWorkload, level: str, steps: int, warmup: int, clean: dict[str, int]) -> float:
-    nbdebug = _import_nbdebug()
-    opt = wl.reset()
-    dbg = nbdebug.Debugger(wl.model, level=level)
-    try:
-        ms = timed(wl, opt, steps, warmup)
-        assert dbg.step_index >= steps + warmup, f"nbdebug recorded {dbg.step_index} steps"
-    finally:
-        dbg.close()
-    del dbg
-    gc.collect()
-    left = _hook_census(wl.model)
-    if left != clean:
-        raise RuntimeError(f"nbdebug {level} left instrumentation behind on {wl.name}: {left} (clean: {clean})")
-    return ms
+    return _run_nbdebug(wl, steps, warmup, {"level": level}, clean)
 
 
 def msprobe_worker(spec: dict[str, Any]) -> dict[str, Any]:
