@@ -28,6 +28,7 @@ Usage::
 
     python bench/overhead_mindspore.py                    # full run (5 rounds)
     python bench/overhead_mindspore.py --quick --no-msprobe
+    python bench/overhead_mindspore.py --graph            # GRAPH-mode rows (bench/mindspore_graph_rows.py)
 """
 
 from __future__ import annotations
@@ -230,6 +231,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--no-msprobe", action="store_true")
     ap.add_argument("--out", default=str(DEFAULT_OUT))
     ap.add_argument("--child", nargs=4, metavar=("MODEL", "LEVEL", "WARMUP", "STEPS"), help=argparse.SUPPRESS)
+    ap.add_argument("--graph", action="store_true",
+                    help="GRAPH-mode rows instead (TrainOneStepCell, fresh process per measurement): "
+                         "bench/mindspore_graph_rows.py")
     args = ap.parse_args(argv)
     if args.child:
         model, level, warmup, steps = args.child
@@ -237,6 +241,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         return {}
     if args.quick:
         args.rounds, args.steps, args.warmup = 2, 4, 2
+    if args.graph:
+        sys.path.insert(0, str(HERE))
+        from mindspore_graph_rows import MODELS, format_rows, graph_rows
+
+        models = tuple(m for m in args.models if m in MODELS) if args.models != ["lenet", "mlp"] else MODELS
+        rows = graph_rows(models, rounds=min(args.rounds, 3), warmup=args.warmup, steps=args.steps)
+        print(format_rows(rows))
+        return {"graph": rows}
     import mindspore as ms
 
     configs = NBDEBUG + ([] if args.no_msprobe else MSPROBE)

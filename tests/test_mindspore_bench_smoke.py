@@ -30,3 +30,21 @@ def test_overhead_mindspore_bench_smoke(tmp_path):
     assert rows["baseline"]["ratio"] == 1.0
     assert all(math.isfinite(r["ratio"]) and r["ratio"] > 0 for r in rows.values())
     assert data["meta"]["rounds"] == 1 and data["meta"]["mindspore"]
+
+
+@pytest.mark.timeout(300)
+def test_graph_mode_rows_smoke():
+    """GRAPH-mode rows: each configuration in a fresh process; nbdebug records every step's kernels."""
+    rows_path = BENCH.parent / "mindspore_graph_rows.py"
+    spec = importlib.util.spec_from_file_location("nbdebug_bench_ms_graph_rows", rows_path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    try:
+        spec.loader.exec_module(mod)
+        rows = mod.graph_rows(("regressor",), rounds=1, warmup=1, steps=2)
+    finally:
+        sys.modules.pop(spec.name, None)
+    row = rows["regressor"]
+    assert row["baseline_ms"] > 0 and math.isfinite(row["ratio"]) and row["ratio"] > 0
+    assert row["steps_recorded"] == 3 and row["nodes"] > 10  # warm-up + timed steps, every kernel a node
+    assert "regressor" in mod.format_rows(rows)

@@ -1,0 +1,140 @@
+"""GRAPH-mode rows of ``bench/overhead_mindspore.py``: a compiled ``TrainOneStepCell`` step, plain and under
+nbdebug (MindSpore's kernel dump read back after every step).
+
+MindSpore arms its kernel dump only before the first graph compile of a process, so every measurement is
+a fresh process: ``baseline`` (plain GRAPH mode) or ``nbdebug`` (``Debugger(net)`` created first, default
+settings). Rounds alternate the two per model; a configuration's figure is the median over rounds of the
+mean step time of ``steps`` timed steps after ``warmup`` (the first compile is in the warm-up), and the
+ratio is nbdebug's median over the baseline's.
+
+Models: ``lenet`` and ``mlp`` (as the PyNative rows, cross-entropy), ``bn_cnn`` (two conv + BatchNorm +
+ReLU blocks, cross-entropy), ``regressor`` (dense 64→128→1 with MSELoss, batch 16). Run through
+``python bench/overhead_mindspore.py --graph`` or directly: ``python bench/mindspore_graph_rows.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+MODELS = ("lenet", "mlp", "bn_cnn", "regressor")
+CONFIGS = ("baseline", "nbdebug")
+
+
+def _build(name: str) -> tuple[Any, Any, Any, Any]:
+    import mindspore as ms
+    import numpy as np
+    from mindspore import nn
+
+    sys.path.insert(0, str(HERE))
+    rng = np.random.default_rng(0)
+    ce = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+    if name in ("lenet", "mlp"):
+        from overhead_mindspore import _models
+
+        cls, x, y = _models()[name]
+        return cls(), x, y, ce
+    if name == "bn_cnn":
+        class BNCNN(nn.Cell):
+            def __init__(self):
+                super().__init__()
+                self.block1 = nn.SequentialCell(nn.Conv2d(3, 16, 3), nn.BatchNorm2d(16), nn.ReLU())
+                self.block2 = nn.SequentialCell(nn.Conv2d(16, 32, 3, stride=2), nn.BatchNorm2d(32), nn.ReLU())
+                self.pool = nn.AdaptiveAvgPool2d(1)
+                self.flatten = nn.Flatten()
+                self.fc = nn.Dense(32, 10)
+
+            def construct(self, x):
+                return self.fc(self.flatten(self.pool(self.block2(self.block1(x)))))
+
+        return (BNCNN(), ms.Tensor(rng.standard_normal((16, 3, 32, 32)).astype(np.float32)),
+                ms.Tensor(rng.integers(0, 10, 16).astype(np.int32)), ce)
+    if name == "regressor":
+        net = nn.SequentialCell(nn.Dense(64, 128), nn.ReLU(), nn.Dense(128, 1))
+        return (net, ms.Tensor(rng.standard_normal((16, 64)).astype(np.float32)),
+                ms.Tensor(rng.standard_normal((16, 1)).astype(np.float32)), nn.MSELoss())
+    raise ValueError(f"unknown model {name!r}; choose from {', '.join(MODELS)}")
+
+
+def child(model: str, config: str, warmup: int, steps: int) -> dict[str, Any]:
+    """One measurement in this (fresh) process: mean ms per step."""
+    import mindspore as ms
+    from mindspore import nn
+
+    ms.set_context(mode=ms.GRAPH_MODE)
+    ms.set_seed(0)
+    net, x, y, loss = _build(model)
+    dbg = None
+    if config == "nbdebug":
+        sys.path.insert(0, str(HERE.parent))
+        import nbdebug
+
+        dbg = nbdebug.Debugger(net)  # before the first compile
+    train = nn.TrainOneStepCell(nn.WithLossCell(net, loss), nn.SGD(net.trainable_params(), 0.01))
+    for _ in range(warmup):
+        float(train(x, y).asnumpy())
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        float(train(x, y).asnumpy())
+    ms_step = (time.perf_counter() - t0) * 1e3 / steps
+    out = {"ms": ms_step}
+    if dbg is not None:
+        out["steps_recorded"] = dbg.step_index
+        out["nodes"] = len(dbg.graph)
+        dbg.close()
+    return out
+
+
+def measure(model: str, config: str, warmup: int, steps: int) -> dict[str, Any]:
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env.pop("MINDSPORE_DUMP_CONFIG", None)
+    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", model, config, str(warmup),
+                           str(steps)], capture_output=True, text=True, env=env, timeout=900)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"GRAPH-mode {model}/{config} failed (rc={proc.returncode}):\n"
+                           + (proc.stdout + proc.stderr)[-3000:])
+    return json.loads(lines[-1])
+
+
+def graph_rows(models: tuple[str, ...] = MODELS, rounds: int = 3, warmup: int = 3, steps: int = 10) -> dict:
+    times: dict[tuple[str, str], list[float]] = {}
+    extra: dict[str, dict[str, Any]] = {}
+    for r in range(rounds):
+        for m in models:
+            order = CONFIGS if r % 2 == 0 else CONFIGS[::-1]
+            for c in order:
+                res = measure(m, c, warmup, steps)
+                times.setdefault((m, c), []).append(res["ms"])
+                if c == "nbdebug":
+                    extra[m] = {k: v for k, v in res.items() if k != "ms"}
+                print(f"GRAPH round {r + 1} {m:10s} {c:9s} {res['ms']:8.2f} ms/step", file=sys.stderr, flush=True)
+    rows = {}
+    for m in models:
+        base = statistics.median(times[(m, "baseline")])
+        dbg = statistics.median(times[(m, "nbdebug")])
+        rows[m] = {"baseline_ms": base, "nbdebug_ms": dbg, "ratio": dbg / base, **extra.get(m, {})}
+    return rows
+
+
+def format_rows(rows: dict) -> str:
+    out = [f"{'GRAPH model':12s} {'base ms':>8s} {'nbdebug ms':>10s} {'ratio':>7s}  (target ≤ 2×)"]
+    for m, r in rows.items():
+        out.append(f"{m:12s} {r['baseline_ms']:8.2f} {r['nbdebug_ms']:10.2f} {r['ratio']:6.2f}×  "
+                   f"{r.get('nodes', '?')} kernels/nodes")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        _m, _c, _w, _s = sys.argv[2:6]
+        print(json.dumps(child(_m, _c, int(_w), int(_s))))
+    else:
+        print(format_rows(graph_rows()))
