@@ -400,9 +400,9 @@ def chromium() -> Iterator[Any]:
             browser.close()
 
 
-@pytest.fixture
-def lab_page(lab_server: LabServer, chromium: Any, request: pytest.FixtureRequest) -> Iterator[LabPage]:
-    page = LabPage(lab_server, chromium, request.node.name)
+def _page(server: LabServer, browser: Any, request: pytest.FixtureRequest) -> Iterator[LabPage]:
+    """A fresh page on ``server``; a screenshot of it when the test failed; its kernels shut down after."""
+    page = LabPage(server, browser, request.node.name)
     try:
         yield page
     finally:
@@ -413,21 +413,16 @@ def lab_page(lab_server: LabServer, chromium: Any, request: pytest.FixtureReques
             except Exception:
                 pass
         page.close()
+
+
+@pytest.fixture
+def lab_page(lab_server: LabServer, chromium: Any, request: pytest.FixtureRequest) -> Iterator[LabPage]:
+    yield from _page(lab_server, chromium, request)
 
 
 @pytest.fixture
 def nb_page(notebook_server: LabServer, chromium: Any, request: pytest.FixtureRequest) -> Iterator[LabPage]:
-    page = LabPage(notebook_server, chromium, request.node.name)
-    try:
-        yield page
-    finally:
-        failed = getattr(request.node, "rep_call", None)
-        if failed is not None and failed.failed:
-            try:
-                page.screenshot(f"FAILED-{request.node.name}")
-            except Exception:
-                pass
-        page.close()
+    yield from _page(notebook_server, chromium, request)
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
