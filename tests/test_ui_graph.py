@@ -67,14 +67,15 @@ def test_graph_message_rows_scopes_and_edges(trained):
     assert rows["Functional.mse_loss.0.forward"][6] == "scalar"
     assert rows["Module.fc1.Linear.parameters_grad.0"][2:4] == ["gradient", "backward:"]  # no output.0: shape ""
     assert rows["Module.fc1.Linear.parameters_grad.0"][6:] == ["", ""]
-    # backward nodes keep their module scopes; the module call node sits around its scope
+    # backward nodes keep their module scopes; the module call node is inside its own scope's box (at mix,
+    # where the scope holds its ops), not drawn beside it
     assert rows["Functional.linear.2.backward"][3] == "backward:block/lin"
-    assert rows["Module.fc1.Linear.forward.0"][3] == "forward:"
+    assert rows["Module.fc1.Linear.forward.0"][3] == "forward:fc1"
     scopes = {r[0]: r for r in msg["scopes"]}
-    assert scopes["forward:fc1"] == ["forward:fc1", "forward:", "fc1", "forward", ids["Module.fc1.Linear.forward.0"], 3]
+    assert scopes["forward:fc1"] == ["forward:fc1", "forward:", "fc1", "forward", ids["Module.fc1.Linear.forward.0"], 4]
     assert scopes["forward:block/lin"][1] == "forward:block"
     assert scopes["forward:block/lin"][4] == ids["Module.block.lin.Linear.forward.0"]  # the first of its two calls
-    assert scopes["backward:fc1"][5] == 1
+    assert scopes["backward:fc1"][5] == 2  # the linear op's backward and the module's backward call
     # edges: exactly the graph's, by id
     e = msg["edges"]
     names = [r[0] for r in msg["nodes"]]
@@ -116,7 +117,7 @@ def test_scope_counts_are_the_node_lists(panel):
     shown = {v[2:]: int(re.search(r"\((\d+)\)$", label).group(1)) for label, v in nl._rows if v.startswith("s:")}
     graph_counts = {r[0]: r[5] for r in msg["scopes"] if r[5]}
     assert shown == graph_counts
-    assert shown["forward:fc1"] == 3 and shown["backward:fc1"] == 1  # one count per section, as in the graph
+    assert shown["forward:fc1"] == 4 and shown["backward:fc1"] == 2  # one count per section, as in the graph
 
 
 def test_clicks_traits_hover_and_hello(panel, trained):

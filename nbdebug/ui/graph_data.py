@@ -26,13 +26,13 @@ so the two always show the same number for the same scope and the same nodes.
 >>> g.add_edge("Module.fc.Linear.parameters_grad.0", "Tensor.add_.0.forward", "weight", "input.1")
 >>> idx = ScopeIndex(g)
 >>> idx.key_of["Tensor.add_.0.forward"], idx.counts["forward:fc"], idx.counts["forward:"]
-('optimizer:fc.weight', 2, 3)
+('optimizer:fc.weight', 3, 3)
 >>> feed = GraphFeed()
 >>> msg = feed.full(g)
 >>> [row[0] for row in msg["scopes"]]
 ['forward:', 'backward:', 'optimizer:', 'forward:fc', 'optimizer:fc.weight']
->>> msg["scopes"][3]      # key, parent, label, section, module node id, count
-['forward:fc', 'forward:', 'fc', 'forward', 2, 2]
+>>> msg["scopes"][3]      # key, parent, label, section, module node id, count (the call is in its box)
+['forward:fc', 'forward:', 'fc', 'forward', 2, 3]
 >>> msg["nodes"][1]       # name, label, cls, scope, op_type, order, shape, dtype
 ['Functional.linear.0.forward', 'linear', 'op', 'forward:fc', 'linear', 1, '', '']
 >>> msg["edges"]
@@ -240,6 +240,13 @@ class ScopeIndex:
             else:
                 scope = "/".join(n.scope_path)
                 self.key_of[n.name] = f"{n.section}:{scope}"
+        # A module call sits inside its own scope when that scope holds its ops (mix): the box stands for
+        # the call, instead of the call drawn beside the box. At L0 (no ops) it stays a node of its parent.
+        has_ops = set(self.key_of.values())
+        for n in nodes:
+            k = _module_scope_key(n)
+            if k is not None and k in has_ops:
+                self.key_of[n.name] = k
         self.counts = scope_counts(self.key_of.values())
         for r in ROOTS:
             self.counts.setdefault(r, 0)
