@@ -93,7 +93,6 @@ class FrontendWidget(anywidget.AnyWidget):
         self._last: dict[str, dict[str, Any]] = {}
         self._buffers: dict[str, list[bytes]] = {}  # the buffers of the recorded messages that had some
         self._handlers: dict[str, Callable[[dict[str, Any], list[Any]], Any]] = {}
-        self.messages_sent = 0
         self.on_msg(self._dispatch)
 
     # -- kernel → browser ---------------------------------------------------------------------------
@@ -105,7 +104,6 @@ class FrontendWidget(anywidget.AnyWidget):
                 self._buffers[content["type"]] = [bytes(memoryview(b).cast("B")) for b in buffers]
             else:
                 self._buffers.pop(content["type"], None)
-        self.messages_sent += 1
         if self.comm is not None:
             self.send(content, buffers)
 

@@ -16,7 +16,6 @@ True
 from __future__ import annotations
 
 import html as _html
-import math
 from collections import defaultdict
 from typing import Any
 
@@ -37,20 +36,6 @@ _TABLE = "border-collapse:collapse;font-family:monospace;font-size:12px"
 
 def _e(x: Any) -> str:
     return _html.escape(str(x))
-
-
-def _num(v: Any) -> str:
-    if isinstance(v, bool) or v is None:
-        return _e(v)
-    if isinstance(v, int):
-        return str(v)
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return _e(v)
-    if math.isnan(f) or math.isinf(f):
-        return str(f)
-    return f"{f:.6g}"
 
 
 def _table(head: list[str], rows: list[list[str]]) -> str:
