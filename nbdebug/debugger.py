@@ -19,10 +19,13 @@ from typing import Any
 import numpy as np
 
 from .control import Controller, EventHub, State
+from .features import feature
+from .frameworks.registry import backend_for_model
 from .session.graph import Graph
 from .session.session import Session
 from .watch.loss_scale import LossScaleTracker
-from .watch.watchpoints import HitRecord, WatchManager, Watchpoint
+from .watch.reader import Reader
+from .watch.watchpoints import WatchManager
 
 _ATTACHED: dict[int, tuple[weakref.ref, weakref.ref]] = {}  # id(model) -> (model, Debugger)
 _LAST: list[weakref.ref | None] = [None]
@@ -33,36 +36,6 @@ def last_debugger() -> Debugger | None:
     ref = _LAST[0]
     dbg = ref() if ref is not None else None
     return dbg if dbg is not None and not dbg.closed else None
-
-
-def first_nonfinite(session: Session, step: int | str = "current") -> tuple[str, str, int] | None:
-    """Overflow origin in ``session``: see :meth:`Debugger.first_nonfinite`."""
-    if step == "current":
-        idx = session.step_index if len(session.recorder) else session.step_index - 1
-    elif step == "previous":
-        idx = (session.step_index if len(session.recorder) else session.step_index - 1) - 1
-    else:
-        idx = int(step)
-    if idx < 0:
-        return None
-    table = session.table(idx)
-    if not len(table):
-        return None
-    bad = (table.column("nan_count") + table.column("pos_inf_count") + table.column("neg_inf_count")) > 0
-    if not bad.any():
-        return None
-    by_node: dict[str, list[int]] = {}
-    for i, (node, _slot) in enumerate(table.keys):
-        by_node.setdefault(node, []).append(i)
-    nodes = session.graph.nodes
-    for name in sorted(by_node, key=lambda n: nodes[n].order if n in nodes else 1 << 60):
-        rows = by_node[name]
-        outs = [i for i in rows if not table.keys[i][1].startswith(("input", "parameters"))]
-        ins = [i for i in rows if table.keys[i][1].startswith(("input", "parameters"))]
-        if any(bad[i] for i in outs) and not any(bad[i] for i in ins):
-            first = next(i for i in outs if bad[i])
-            return name, table.keys[first][1], idx
-    return None
 
 
 def check_budget(value: Any) -> int:
@@ -91,20 +64,7 @@ def check_window(value: Any) -> int:
     return int(value)
 
 
-def _framework_of(model: Any) -> str:
-    mod = type(model).__module__ or ""
-    for klass in type(model).__mro__:
-        qual = f"{klass.__module__}.{klass.__qualname__}"
-        if qual == "torch.nn.modules.module.Module":
-            return "pytorch"
-        if qual.startswith("mindspore.nn.cell.Cell"):
-            return "mindspore"
-    raise TypeError(
-        f"nbdebug.Debugger attaches to a torch.nn.Module or a mindspore.nn.Cell, got {type(model).__name__}"
-        f" (from module {mod or '?'})")
-
-
-class Debugger:
+class Debugger(Reader):
     """A live debugging session on one model.
 
     Parameters
@@ -125,43 +85,26 @@ class Debugger:
     def __init__(self, model: Any, level: str = "L0", *, capture: bool = True,
                  memory_budget: int = 512 * 2**20, retain: bool = True, retain_copy: bool = False,
                  check: str = "step", dump_dir: str | None = None, task: str | None = None,
-                 config: Any = None, stats_window: int = 8) -> None:
+                 config: Any = None, stats_window: int = 8, benign_nonfinite: Any = ()) -> None:
         if check not in ("step", "node"):
             raise ValueError(f"check must be 'step' or 'node', got {check!r}")
         memory_budget = check_budget(memory_budget)
         stats_window = check_window(stats_window)
         self.check = check
-        framework = _framework_of(model)
+        self.benign_nonfinite = (benign_nonfinite,) if isinstance(benign_nonfinite, str) else tuple(benign_nonfinite)
+        self.backend = backend_for_model(model)
         prev_model, prev = _ATTACHED.get(id(model), (lambda: None, lambda: None))
         if prev_model() is model and prev() is not None and not prev().closed:
             raise RuntimeError(
                 f"a Debugger is already attached to this {type(model).__name__}; call close() on it first")
         self.level = level
         self.closed = False
-        if framework == "pytorch":
-            import torch
-
-            from .frameworks.torch_adapter import LEVELS, TorchAdapter
-
-            if level not in LEVELS:
-                raise ValueError(f"unknown level {level!r}; choose one of {', '.join(LEVELS)}")
-            device = "cpu"
-            for p in model.parameters():
-                device = str(p.device)
-                break
-            self.session = Session(framework="pytorch", framework_version=torch.__version__, device=device,
-                                   memory_budget=memory_budget, stats_window=stats_window)
-            self._adapter = TorchAdapter(model, level, self.session, retain=retain, retain_copy=retain_copy)
-        else:
-            from .frameworks.mindspore_adapter import LEVELS as MS_LEVELS
-            from .frameworks.mindspore_adapter import MindSporeAdapter, mindspore_info
-
-            if level not in MS_LEVELS:
-                raise ValueError(f"unknown level {level!r}; choose one of {', '.join(MS_LEVELS)}")
-            version, device = mindspore_info()
-            self.session = Session(framework="mindspore", framework_version=version, device=device,
-                                   memory_budget=memory_budget, stats_window=stats_window)
-            self._adapter = MindSporeAdapter(model, level, self.session, retain=retain)
+        if level not in self.backend.levels:
+            raise ValueError(f"unknown level {level!r}; choose one of {', '.join(self.backend.levels)}")
+        version, device = self.backend.info(model)
+        self.session = Session(framework=self.backend.name, framework_version=version, device=device,
+                               memory_budget=memory_budget, stats_window=stats_window)
+        self._adapter = self.backend.adapter(model, level, self.session, retain=retain, retain_copy=retain_copy)
         self.session.store.keep_unpinned = bool(retain)
         self.dump = None  # DumpWriter when dumping (msProbe layout); finalized before watchpoints pause
         try:
@@ -191,14 +134,10 @@ class Debugger:
         self.loss_scale = LossScaleTracker()
         self._ls_probe: Any = None
         if dump_dir is not None or config is not None:
-            from .dump import attach_dump
-
-            self.dump = attach_dump(self, dump_dir, task, config)
+            self.dump = feature("attach_dump")(self, dump_dir, task, config)
         self.session.subscribe("step", self._on_step)
         _LAST[0] = weakref.ref(self)
-        from .lab import announce
-
-        announce(self)  # JupyterLab status item and commands; no-op outside a kernel
+        feature("announce")(self)  # JupyterLab status item and commands; no-op outside a kernel
 
     # -- events from the session (training thread) ------------------------------------------------
     def _on_node(self, node: Any) -> None:
@@ -233,51 +172,10 @@ class Debugger:
             self._node_sub = None
         self._adapter.thread_exit()
 
-    # -- watchpoints ------------------------------------------------------------------------------
-    def watch(self, condition: str, nodes: Any = None, **params: Any) -> Watchpoint:
-        """Create a watchpoint: ``dbg.watch("GL", max_gt=1e3)``, ``dbg.watch("TO", nodes="Functional.*")``.
-
-        ``nodes`` takes names, glob patterns or a list; None selects the condition's category (all
-        weights / gradients / activations / nodes). Invalid parameters raise ``ValueError`` naming the
-        parameter and its allowed range.
-        """
+    # -- watchpoints (the rest is Reader's) ------------------------------------------------------
+    def _watch_changed(self) -> None:
         if self.check == "node" and self._node_sub is None:
             self._node_sub = self.session.subscribe("node", self._on_node)
-        return self.watchpoints.watch(condition, nodes, **params)
-
-    def unwatch(self, wp: int | Watchpoint | None = None) -> None:
-        """Delete one watchpoint, or all of them (None)."""
-        if wp is None:
-            self.watchpoints.clear()
-        else:
-            self.watchpoints.delete(wp)
-
-    def update_watch(self, wp: int | Watchpoint, **changes: Any) -> Watchpoint:
-        """Change a watchpoint: ``add=``/``remove=`` nodes, ``enabled=``, ``nodes=``, or parameters."""
-        return self.watchpoints.update(wp, **changes)
-
-    @property
-    def hits(self) -> list[HitRecord]:
-        """Every hit so far, ordered by step, then execution order within the step."""
-        return sorted(self.watchpoints.hits, key=lambda h: (h.step, h.order, h.node, h.slot, h.watchpoint))
-
-    def recheck(self) -> list[HitRecord]:
-        """Re-evaluate the current watchpoints on the current step's data, without advancing."""
-        step = self.session.step_index if len(self.session.recorder) else self.session.step_index - 1
-        if step < 0:
-            return []
-        found = self.watchpoints.check(step)
-        for h in found:
-            self.hub.emit("hit", h)
-        return found
-
-    def recommend(self) -> list[tuple[str, dict[str, Any], Any]]:
-        """The recommended watchpoints for this model: (condition, parameters, target) triples."""
-        return self.watchpoints.recommend()
-
-    def watch_recommended(self) -> list[Watchpoint]:
-        """Create the recommended watchpoints."""
-        return [self.watch(c, target=t, **p) for c, p, t in self.recommend()]
 
     # -- training control -------------------------------------------------------------------------
     def run(self, fn: Any, *args: Any, block: bool = False, paused: bool = False, steps: int | None = None,
@@ -363,8 +261,6 @@ class Debugger:
 
         One host read per step (at ``scaler.update()``); an overflowing step skips ``optimizer.step()``,
         so the step boundary is taken at the scaler's update instead."""
-        from .frameworks.torch_loss_scale import GradScalerProbe
-
         if self._ls_probe is not None:
             self._ls_probe.close()
 
@@ -375,7 +271,7 @@ class Debugger:
             if self._adapter.auto_step and len(self.session.recorder):
                 self._adapter.end_step()
 
-        self._ls_probe = GradScalerProbe(scaler, self.loss_scale, step=current, on_update=boundary)
+        self._ls_probe = self.backend.loss_scale_probe(scaler, self.loss_scale, step=current, on_update=boundary)
         return self.loss_scale
 
     def loss_scale_history(self) -> list[Any]:
@@ -386,12 +282,6 @@ class Debugger:
         """Fire (a hit event, and a pause when training runs under ``run``) when overflow persists for
         ``k`` consecutive steps."""
         return self.loss_scale.watch(k, lambda hit: (self.hub.emit("hit", hit), self._ctl.pause()))
-
-    # -- analysis ---------------------------------------------------------------------------------
-    def first_nonfinite(self, step: int | str = "current") -> tuple[str, str, int] | None:
-        """The earliest node (forward, then backward, then optimizer) whose inputs are finite and
-        whose output is not: ``(node, slot, step)``, or None when the step is clean."""
-        return first_nonfinite(self.session, step)
 
     # -- capture ----------------------------------------------------------------------------------
     @property
@@ -421,7 +311,7 @@ class Debugger:
                 return  # the optimizer already closed this step
         a.end_step()
 
-    # -- reading ----------------------------------------------------------------------------------
+    # -- reading (stats, tensor: Reader's) -------------------------------------------------------
     def stats(self, node: str, slot: str, step: int | str = "current", fields: Any = None) -> Mapping[str, Any]:
         """Statistics of one tensor: ``dtype, shape, count, max, min, mean, abs_mean, norm, zero_count,
         nan_count, pos_inf_count, neg_inf_count``; ``fields`` picks some.
@@ -436,22 +326,14 @@ class Debugger:
         ``mean``, ``norm`` or ``nonfinite_count``)."""
         return self.session.timeline(node, slot, field)
 
-    def tensor(self, node: str, slot: str, step: int | str = "current") -> np.ndarray:
-        """The retained value as numpy; ``NotRetainedError`` (a ``LookupError``) says why when absent."""
-        return self.session.tensor(node, slot, step)
-
     # -- display ----------------------------------------------------------------------------------
     def panel(self) -> Any:
         """The notebook panel (graph, nodes, watchpoints, hits, control, tensor view) as a widget."""
-        from .ui.panel import Panel
-
-        return Panel(self)
+        return feature("panel")(self)
 
     def export_html(self, path: str | Any) -> Any:
         """Write one self-contained HTML file (graph, hits, node statistics) that opens with no server."""
-        from .ui.export import export_html
-
-        return export_html(self, path)
+        return feature("export_html")(self, path)
 
     def _ipython_display_(self) -> None:
         from IPython.display import display

@@ -27,63 +27,20 @@ import difflib
 from collections.abc import Callable, Mapping, Sequence
 
 from ..dump.load import parse_name
+from ..frameworks.registry import Backend, backend_for_names, backend_named
 
-#: MindSpore parameter names → PyTorch's (BatchNorm, LayerNorm, Embedding)
-MS_TO_PT_PARAM = {
-    "gamma": "weight",
-    "beta": "bias",
-    "moving_mean": "running_mean",
-    "moving_variance": "running_var",
-    "embedding_table": "weight",
-}
+_MS = backend_named("mindspore")  # class attributes only: mindspore is not imported
+
+# MindSpore's spellings of PyTorch's names live in its backend; kept here under their old names
+MS_TO_PT_PARAM = _MS.param_to_torch
 PT_TO_MS_PARAM = {
     "weight": ("gamma", "embedding_table"),
     "bias": ("beta",),
     "running_mean": ("moving_mean",),
     "running_var": ("moving_variance",),
 }
-
-#: MindSpore API names whose PyTorch counterpart is spelled differently (lower case)
-MS_TO_PT_API = {
-    "dense": "linear",
-    "batchmatmul": "bmm",
-    "batch_matmul": "bmm",
-    "reducemean": "mean",
-    "reduce_mean": "mean",
-    "reducesum": "sum",
-    "reduce_sum": "sum",
-    "reducemax": "max",
-    "reduce_max": "max",
-    "concat": "cat",
-    "expanddims": "unsqueeze",
-    "expand_dims": "unsqueeze",
-    "cast": "to",
-    "fastgelu": "gelu",
-    "biasadd": "add",
-    "bias_add": "add",
-    "softmaxcrossentropywithlogits": "cross_entropy",
-    "sigmoidcrossentropywithlogits": "binary_cross_entropy_with_logits",
-    "onehot": "one_hot",
-    "gathernd": "gather",
-    "stridedslice": "__getitem__",
-    "tensorscatterupdate": "__setitem__",
-    "sub": "sub",
-    "mul": "mul",
-    "div": "div",
-    "realdiv": "div",
-}
-
-#: MindSpore API prefixes → the PyTorch prefixes to try, in order
-MS_TO_PT_PREFIX = {
-    "Mint": ("Torch", "Tensor"),
-    "MintFunctional": ("Functional",),
-    "Functional": ("Torch", "Functional", "Tensor"),
-    "Primitive": ("Torch", "Functional", "Tensor"),
-    "Tensor": ("Tensor", "Torch"),
-    "MintDistributed": ("Distributed",),
-    "Distributed": ("Distributed",),
-    "Jit": ("Torch",),
-}
+MS_TO_PT_API = _MS.api_to_torch
+MS_TO_PT_PREFIX = _MS.prefix_to_torch
 
 #: module / op class synonyms used by structural matching (lower case → canonical)
 CLASS_SYNONYMS = {
@@ -101,39 +58,43 @@ CLASS_SYNONYMS = {
     "mse_loss": "mseloss",
 }
 
-MS_PREFIXES = frozenset({"Cell", "Mint", "MintFunctional", "Primitive", "MintDistributed", "Jit"})
+MS_PREFIXES = _MS.name_prefixes
 
 
 def framework_of_names(names: Sequence[str]) -> str:
     """``"mindspore"`` when the names use MindSpore-only prefixes, else ``"pytorch"``."""
-    for n in names:
-        if n.split(".", 1)[0] in MS_PREFIXES:
-            return "mindspore"
-        if n.startswith("Module."):
-            return "pytorch"
-    return "pytorch"
+    return backend_for_names(names).name
+
+
+def _spelling(framework: str, cross: bool) -> Backend | None:
+    """The backend whose names are brought to PyTorch's spelling (None: leave names as they are)."""
+    if not cross:
+        return None
+    b = backend_named(framework)
+    return b if b.param_to_torch or b.api_to_torch or b.prefix_to_torch else None
 
 
 def param_name(name: str, framework: str, cross: bool) -> str:
     """A parameter (or parameter-gradient slot) name in PyTorch's spelling."""
-    if cross and framework == "mindspore":
-        return MS_TO_PT_PARAM.get(name, name)
-    return name
+    b = _spelling(framework, cross)
+    return b.torch_param(name) if b is not None else name
 
 
 def canonical_slot(slot: str, framework: str, cross: bool) -> str:
     """``parameters.gamma`` → ``parameters.weight`` (and ``gamma`` → ``weight``) across frameworks."""
-    if not cross or framework != "mindspore":
+    b = _spelling(framework, cross)
+    if b is None:
         return slot
     if slot.startswith("parameters."):
-        return "parameters." + MS_TO_PT_PARAM.get(slot[11:], slot[11:])
-    return MS_TO_PT_PARAM.get(slot, slot)
+        return "parameters." + b.torch_param(slot[11:])
+    return b.torch_param(slot)
 
 
 def canonical_keys(name: str, framework: str, *, cross: bool, counts: bool = True) -> list[str]:
     """Candidate keys of ``name`` in PyTorch's spelling (first = preferred); without call counts for fuzzy
     matching (``counts=False``)."""
     info = parse_name(name)
+    b = _spelling(framework, cross)
     if info.kind == "module" or info.direction == "parameters_grad":
         if not cross:
             base = name if counts else name.rsplit(".", 1)[0]
@@ -141,22 +102,22 @@ def canonical_keys(name: str, framework: str, *, cross: bool, counts: bool = Tru
         core = f"Module.{info.path}.{info.direction}"
         return [f"{core}.{info.count}" if counts else core]
     if info.kind == "parameter":  # Parameter.{path}.{name}
-        if cross and framework == "mindspore":
+        if b is not None:
             path, _, pname = name[len("Parameter."):].rpartition(".")
-            pname = MS_TO_PT_PARAM.get(pname, pname)
+            pname = b.torch_param(pname)
             return [f"Parameter.{path}.{pname}" if path else f"Parameter.{pname}"]
         return [name]
     if info.kind != "op" or info.count is None:
         return [name]
-    if not cross or framework != "mindspore":
+    if b is None:
         if counts:
             return [name]
         return [f"{info.api}.{info.direction}"]
     parts = info.api.split(".")
     api = parts[1] if len(parts) > 1 else parts[0]  # Primitive.{api}.{Class}: the api
-    api_pt = MS_TO_PT_API.get(api.lower(), api)
+    api_pt = b.api_to_torch.get(api.lower(), api)
     out = []
-    for prefix in MS_TO_PT_PREFIX.get(info.prefix, (info.prefix,)):
+    for prefix in b.prefix_to_torch.get(info.prefix, (info.prefix,)):
         for a in dict.fromkeys((api_pt, api)):
             key = f"{prefix}.{a}.{info.count}.{info.direction}" if counts else f"{prefix}.{a}.{info.direction}"
             if key not in out:
@@ -209,7 +170,7 @@ def match_nodes(target: Sequence[NodeDesc], golden: Sequence[NodeDesc], *, how: 
     if how not in ("exact", "fuzzy", "structural"):
         raise ValueError(f"match must be 'exact', 'fuzzy' or 'structural', got {how!r}")
     if cross is None:
-        cross = target_framework != golden_framework
+        cross = backend_named(target_framework) is not backend_named(golden_framework)
     golden_names = {g.name for g in golden}
     used_g: set[str] = set()
     pairs: dict[str, tuple[str, str]] = {}

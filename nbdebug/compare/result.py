@@ -226,9 +226,9 @@ class CompareResult:
     # -- display ----------------------------------------------------------------------------------
     def panel(self) -> Any:
         """The interactive compare panel (sortable, filterable, colour-coded; click a row for details)."""
-        from ..ui.compare_panel import ComparePanel
+        from ..features import feature
 
-        return ComparePanel(self)
+        return feature("compare_panel")(self)
 
     def _repr_html_(self) -> str:
         colours = {"error": "#f8d0d0", "warning": "#fde2b8", "pass": "#ffffff", "unmatched": "#e4e4e4"}

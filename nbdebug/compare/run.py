@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from ..dump.load import parse_name
+from ..frameworks.registry import find_backend
 from ..session.stats import COL
 from ..session.store import NotRetainedError
 from .mapping import NodeDesc, canonical_slot, framework_of_names, match_nodes
@@ -95,12 +96,8 @@ def _pick_steps(t: Any, g: Any, step: int | None, golden_step: int | None) -> tu
 
 
 def _framework(sess: Any, names: list[str]) -> str:
-    fw = str(getattr(sess, "framework", "") or "").lower()
-    if fw in ("pytorch", "torch"):
-        return "pytorch"
-    if fw == "mindspore":
-        return "mindspore"
-    return framework_of_names(names)
+    found = find_backend(str(getattr(sess, "framework", "") or ""))
+    return found.name if found is not None else framework_of_names(names)
 
 
 def _rows_by_node(table: Any) -> tuple[list[str], dict[str, list[tuple[str, int]]]]:

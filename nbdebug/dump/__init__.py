@@ -31,16 +31,9 @@ __all__ = ["ConfigError", "DumpConfig", "DumpWriter", "attach_dump", "io_for", "
 
 def io_for(debugger: Any) -> Any:
     """The framework dump I/O for ``debugger``'s adapter (imports the framework's module only)."""
-    framework = debugger.session.framework
-    if framework == "pytorch":
-        from ..frameworks.torch_io import TorchIO
+    from ..frameworks.registry import backend_named
 
-        return TorchIO(debugger._adapter)
-    if framework == "mindspore":
-        from ..frameworks.mindspore_io import MindSporeIO
-
-        return MindSporeIO(debugger._adapter)
-    raise ValueError(f"no dump writer for framework {framework!r}")
+    return backend_named(debugger.session.framework).dump_io(debugger._adapter)
 
 
 def attach_dump(debugger: Any, dump_dir: str | None = None, task: str | None = None, config: Any = None) -> DumpWriter:

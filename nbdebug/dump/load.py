@@ -49,7 +49,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..offline import DumpProblem, DumpSession, OfflineSession, TensorFile, read_tensor_file
+from ..offline import DumpProblem, DumpSession, OfflineSession, TensorFile, read_framework_file, read_tensor_file
 from ..session.stats import COL, FIELDS
 
 _STEP_RE = re.compile(r"^step(\d+)$")
@@ -1092,14 +1092,13 @@ def load(path: str | os.PathLike, *, rank: int | str | None = None, steps: Itera
 def _load(path: str, layout: str, rank: int | str | None, steps: Iterable[int] | None, exact: bool | None,
           progress: Progress | None, warn: bool) -> OfflineSession:
     report = progress or _stderr_progress()
-    problems: list[DumpProblem] = []
     if layout == "kernel":
         session = _load_kernel(path, rank)
         off = OfflineSession(session, path=path, layout=layout)
         _warn(off, warn)
         return off
-    session = DumpSession(framework="")
-    session.problems = problems
+    session = DumpSession(framework="", read_file=read_framework_file)
+    problems: list[DumpProblem] = session.problems  # the loader reports into the session's list
     meta: dict[str, Any] = {}
     if layout == "npy":
         _load_npy_dir(path, session, problems, report)

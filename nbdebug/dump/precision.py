@@ -36,41 +36,18 @@ True
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from ..frameworks.registry import backend_for_value, default_backend
 from .config import DumpConfig
 from .writer import DumpWriter
 
 
-def _framework_of_value(value: Any) -> str | None:
-    """'pytorch' / 'mindspore' for a tensor, model or a structure holding one; None otherwise."""
-    stack = [value]
-    while stack:
-        v = stack.pop()
-        mod = type(v).__module__ or ""
-        if mod.startswith("torch"):
-            return "pytorch"
-        if mod.startswith("mindspore"):
-            return "mindspore"
-        for klass in type(v).__mro__:
-            km = klass.__module__ or ""
-            if km.startswith("torch.nn"):
-                return "pytorch"
-            if km.startswith("mindspore.nn"):
-                return "mindspore"
-        if isinstance(v, dict):
-            stack.extend(v.values())
-        elif isinstance(v, (list, tuple)):
-            stack.extend(v)
-    return None
-
-
-def _default_framework() -> str:
-    if "torch" in sys.modules or "mindspore" not in sys.modules:
-        return "pytorch"
-    return "mindspore"
+def _backend_of(value: Any) -> Any:
+    """The framework backend of ``value`` (a model, tensor, module or a structure holding one), else the
+    framework in use."""
+    return backend_for_value(value) or default_backend()
 
 
 class PrecisionDebugger:
@@ -93,7 +70,7 @@ class PrecisionDebugger:
         self.init_step = 0
         self.finished = False
         self._io: Any = None
-        self._framework: str | None = None
+        self._backend: Any = None  # the framework's Backend, once known
         self._custom: dict[tuple[int, str], tuple[Any, Any]] = {}
         self._token_hook: Any = None
         self._rank: int | None = None
@@ -178,7 +155,7 @@ class PrecisionDebugger:
         if not self.config.dumps_step(step):
             return
         if self.writer is None:
-            self._make_writer(_framework_of_value(variable) or _default_framework(), adapter=None, session=None)
+            self._make_writer(_backend_of(variable), adapter=None, session=None)
         rank = self._rank if self._rank_given else self._io.rank()
         if self.writer.step_no != step and not self.writer.open_step(step, rank):
             return
@@ -202,13 +179,8 @@ class PrecisionDebugger:
             raise ValueError(f"register_custom_api: api_prefix must be a string, got {api_prefix!r}")
         key = (id(module), api)
         original = self._custom[key][1] if key in self._custom else getattr(module, api)
-        framework = self._framework or _framework_of_value(module) or (
-            "mindspore" if (getattr(module, "__name__", "") or "").startswith("mindspore") else _default_framework())
-        if framework == "mindspore":
-            from ..frameworks.mindspore_io import custom_api_wrapper
-        else:
-            from ..frameworks.torch_io import custom_api_wrapper
-        wrapper = custom_api_wrapper(self._adapter, original, api_prefix, api)
+        backend = self._backend or _backend_of(module)
+        wrapper = backend.custom_api_wrapper(self._adapter, original, api_prefix, api)
         self._custom[key] = (module, original)
         setattr(module, api, wrapper)
 
@@ -241,13 +213,9 @@ class PrecisionDebugger:
         dbg = self.debugger
         return None if dbg is None or dbg.closed else dbg._adapter
 
-    def _make_writer(self, framework: str, adapter: Any, session: Any) -> None:
-        if framework == "mindspore":
-            from ..frameworks.mindspore_io import MindSporeIO as IO
-        else:
-            from ..frameworks.torch_io import TorchIO as IO
-        self._framework = framework
-        self._io = IO(adapter)
+    def _make_writer(self, backend: Any, adapter: Any, session: Any) -> None:
+        self._backend = backend
+        self._io = backend.dump_io(adapter)
         self.writer = DumpWriter(session, self._io, None, None, self.config)
 
     def _attach(self, model: Any) -> None:
@@ -257,31 +225,16 @@ class PrecisionDebugger:
             raise ValueError("this PrecisionDebugger already watches another model; create a new one for it")
         from ..debugger import Debugger
 
-        framework = _framework_of_value(model) if model is not None else _default_framework()
+        backend = _backend_of(model) if model is not None else default_backend()
         if isinstance(model, (list, tuple)):
-            model = self._container(model, framework)
+            model = backend.model_list(model)  # dumped as Module.{i}.… / Cell.{i}.…
         if model is None:
-            if framework == "mindspore":
-                from ..frameworks.mindspore_io import stand_in_model
-            else:
-                from ..frameworks.torch_io import stand_in_model
-            model = stand_in_model()
+            model = backend.stand_in_model()
         self.model = model
         dbg = Debugger(model, level=self.config.level, capture=False)
         dbg._adapter.auto_step = False  # steps end at PrecisionDebugger.step(), as in msProbe
         self.debugger = dbg
-        self._make_writer(framework or "pytorch", dbg._adapter, dbg.session)
-
-    @staticmethod
-    def _container(models: Any, framework: str | None) -> Any:
-        """A list of models is dumped as ``Module.{i}.…`` (``Cell.{i}.…``): wrap them in a list module."""
-        if framework == "mindspore":
-            import mindspore.nn as msnn
-
-            return msnn.CellList(list(models))
-        import torch
-
-        return torch.nn.ModuleList(list(models))
+        self._make_writer(backend, dbg._adapter, dbg.session)
 
     def _set_token_range(self, token_range: list[int]) -> None:
         dbg, io = self.debugger, self._io
@@ -330,6 +283,6 @@ class PrecisionDebugger:
 def MsprobeStep(debugger: PrecisionDebugger) -> Any:  # noqa: N802 - msProbe's name
     """msProbe's ``MsprobeStep`` callback for ``mindspore.train.Model.train``: ``start()`` at each step begin,
     ``stop()`` + ``step()`` at each step end. (PyTorch loops: :meth:`PrecisionDebugger.steps`.)"""
-    from ..frameworks.mindspore_io import step_callback
+    from ..frameworks.registry import backend_named
 
-    return step_callback(debugger)
+    return backend_named("mindspore").step_callback(debugger)

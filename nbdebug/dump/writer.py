@@ -51,6 +51,7 @@ from typing import Any
 
 import numpy as np
 
+from ..frameworks.registry import backend_named
 from .config import DumpConfig
 from .filters import Selection, risk_keeps
 from .journal import Journal
@@ -189,8 +190,8 @@ class DumpWriter:
         self.level = cfg.level
         self.framework = adapter_io.framework
         self.md5 = cfg.task == "statistics" and cfg.summary_mode == "md5"
-        self.risk = cfg.risk_level if (self.framework == "pytorch" and cfg.level in ("L1", "mix")
-                                       and not cfg.scope and not cfg.list) else "ALL"
+        self.risk = cfg.risk_level if (backend_named(self.framework).supports_risk_level
+                                       and cfg.level in ("L1", "mix") and not cfg.scope and not cfg.list) else "ALL"
         self.closed = False
         self.errors: list[str] = []
         #: every step that could not be written completely: ``DumpProblem(folder, "step N ...: cause")``
@@ -263,7 +264,7 @@ class DumpWriter:
 
     def _report(self, step: int, where: str | None, what: str) -> None:
         """One warning and one problem record for a step that could not be written completely."""
-        from ..offline import DumpProblem
+        from ..session.dump_session import DumpProblem
 
         errs, self.errors = self.errors, []
         where = where or self.config.dump_path

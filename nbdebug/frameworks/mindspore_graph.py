@@ -893,13 +893,13 @@ def load_kernel_dump(path: str, *, rank: int | None = None) -> Any:
     ``path`` is the dump root (holding ``rank_*``) or one ``rank_*`` directory; ``rank`` picks a rank
     (default: the lowest). Graph runs are grouped into training steps (:func:`group_runs`), in time order
     (``session.step_iterations`` maps a step to the ``(graph id, iteration)`` of its main graph,
-    ``session.step_runs`` to every run it holds). The result is a :class:`nbdebug.offline.DumpSession`:
+    ``session.step_runs`` to every run it holds). The result is a :class:`nbdebug.session.dump_session.DumpSession`:
     statistics of every step, tensors of any step read from the files on demand, and ``problems`` naming
     every file that could not be read (its slot is left out). Needs numpy only.
 
     >>> # s = load_kernel_dump("/path/to/dump"); s.graph.in_order()[0].name
     """
-    from ..offline import DumpProblem, DumpSession, TensorFile
+    from ..session.dump_session import DumpProblem, DumpSession, TensorFile
     from ..session.session import StepRecorder, raw_to_fields
     from ..session.stats import FIELDS
 

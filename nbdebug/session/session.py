@@ -161,6 +161,8 @@ class Session:
         self.store_step = 0
         #: nodes whose values watchpoints need: kept even over the memory budget
         self.pinned: frozenset[str] = frozenset()
+        #: the finished step that "current" means when chosen with :meth:`goto` (None: the latest)
+        self.current_step: int | None = None
         self.recorder = StepRecorder()
         self.order = 0  # execution counter within the step in progress
         self.lock = threading.RLock()
@@ -181,6 +183,10 @@ class Session:
 
     def has_listeners(self, event: str) -> bool:
         return bool(self._listeners.get(event))
+
+    def pin(self, nodes: frozenset[str]) -> None:
+        """Keep the values of ``nodes`` even over the memory budget (what value-level watchpoints need)."""
+        self.pinned = frozenset(nodes)
 
     # -- writing (adapters) -----------------------------------------------------------------------
     def node(self, name: str, *, kind: str, op_type: str, scope: str = "", section: str = "forward",
@@ -283,13 +289,33 @@ class Session:
             return "none yet" if not len(self.recorder) else f"{self.step_index} (in progress)"
         return f"{done[0]}..{done[-1]}" + (f", {self.step_index} (in progress)" if len(self.recorder) else "")
 
+    def latest_step(self) -> int:
+        """The step "current" means for the whole session: the one chosen with :meth:`goto`, else the step
+        in progress once it recorded something, else the last finished one (-1 before any)."""
+        if self.current_step is not None:
+            return self.current_step
+        if len(self.recorder):
+            return self.step_index
+        return max(self.steps) if self.steps else self.step_index - 1
+
+    def goto(self, step: int) -> None:
+        """Make the finished ``step`` the one "current" means (offline reading; not while recording)."""
+        if step not in self.steps:
+            raise KeyError(f"no step {step}; steps: {sorted(self.steps)}")
+        if len(self.recorder):
+            raise RuntimeError("this session is recording a step; it cannot show another one")
+        self.current_step = int(step)
+
     def resolve_step(self, key: tuple[str, str], step: int | str) -> int:
         """Turn "current" / "previous" / an int into a step index for ``key``."""
         if isinstance(step, (int, np.integer)):
             return int(step)
         if step not in ("current", "previous"):
             raise ValueError(f"step must be 'current', 'previous' or an int, got {step!r}")
-        cur = self.step_index if key in self.recorder.index else self.step_index - 1
+        if self.current_step is not None:
+            cur = self.current_step
+        else:
+            cur = self.step_index if key in self.recorder.index else self.step_index - 1
         return cur if step == "current" else cur - 1
 
     def stats(self, node: str, slot: str, step: int | str = "current",

@@ -38,6 +38,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from ..watch.reader import Reader, hit_order
 from ..watch.watchpoints import HitRecord, WatchManager, Watchpoint
 
 #: Events a live source emits (``source.on(event, callback)``).
@@ -63,20 +64,14 @@ class Source(Protocol):
 
 
 def last_step(session: Any) -> int:
-    """The step whose statistics are "current": the step in progress if it captured anything, else the
-    last finished one (-1 when there is none)."""
-    rec = getattr(session, "recorder", None)
-    idx = int(getattr(session, "step_index", 0))
-    if rec is not None and len(rec):
-        return idx
-    steps = getattr(session, "steps", None) or {}
-    if steps:
-        return max(steps)
-    return idx - 1
+    """The step whose statistics are "current": the step chosen with ``goto``, else the step in progress if
+    it captured anything, else the last finished one (-1 when there is none)."""
+    return session.latest_step()
 
 
-class SessionSource:
-    """A source over a bare session (offline): its own WatchManager, no training control.
+class SessionSource(Reader):
+    """A source over a bare session (offline): its own WatchManager, no training control; the reading and
+    watchpoint methods are :class:`~nbdebug.watch.reader.Reader`'s.
 
     >>> from nbdebug.session.session import Session
     >>> src = SessionSource(Session(framework="mindspore", live=False))
@@ -95,50 +90,11 @@ class SessionSource:
     @property
     def step_index(self) -> int:
         """The step "current" means: the last one, unless :meth:`goto` chose another."""
-        chosen = getattr(self, "_chosen", None)
-        return chosen if chosen is not None else last_step(self.session)
+        return self.current_step
 
     def goto(self, step: int) -> None:
-        """Make ``step`` the "current" one (a bare session's "current" is the step before its ``step_index``)."""
-        steps = getattr(self.session, "steps", {}) or {}
-        if step not in steps:
-            raise KeyError(f"no step {step}; steps: {sorted(steps)}")
-        if len(getattr(self.session, "recorder", ())):
-            raise RuntimeError("this session is recording a step; it cannot show another one")
-        self.session.step_index = int(step) + 1
-        self._chosen = int(step)
-
-    @property
-    def hits(self) -> list[HitRecord]:
-        return sorted(self.watchpoints.hits, key=lambda h: (h.step, h.order, h.node, h.slot, h.watchpoint))
-
-    def recheck(self) -> list[HitRecord]:
-        step = last_step(self.session)
-        return self.watchpoints.check(step) if step >= 0 else []
-
-    def stats(self, node: str, slot: str, step: int | str = "current") -> Mapping[str, Any]:
-        return self.session.stats(node, slot, step)
-
-    def tensor(self, node: str, slot: str, step: int | str = "current") -> np.ndarray:
-        return self.session.tensor(node, slot, step)
-
-    def watch(self, condition: str, nodes: Any = None, **params: Any) -> Watchpoint:
-        return self.watchpoints.watch(condition, nodes, **params)
-
-    def update_watch(self, wp: int | Watchpoint, **changes: Any) -> Watchpoint:
-        return self.watchpoints.update(wp, **changes)
-
-    def unwatch(self, wp: int | Watchpoint | None = None) -> None:
-        if wp is None:
-            self.watchpoints.clear()
-        else:
-            self.watchpoints.delete(wp)
-
-    def recommend(self) -> list[tuple[str, dict[str, Any], Any]]:
-        return self.watchpoints.recommend()
-
-    def watch_recommended(self) -> list[Watchpoint]:
-        return self.watchpoints.watch_recommended()
+        """Make ``step`` the "current" one."""
+        self.session.goto(int(step))
 
 
 def as_source(obj: Any) -> Any:
@@ -290,7 +246,7 @@ class SourceView:
     @property
     def hits(self) -> list[HitRecord]:
         """Hits in execution order: by step, then order within the step."""
-        return sorted(self.obj.hits, key=lambda h: (h.step, h.order, h.node, h.slot, h.watchpoint))
+        return sorted(self.obj.hits, key=hit_order)
 
     @property
     def watchpoints(self) -> WatchManager:

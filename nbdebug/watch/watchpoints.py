@@ -246,7 +246,7 @@ class WatchManager:
         wps = [w for w in self.watchpoints.values() if w.enabled and get_condition(w.condition).needs
                in ("values", "previous")]
         pinned = frozenset(n.name for n in self.session.graph for w in wps if w.selects(n)) if wps else frozenset()
-        self.session.pinned = pinned
+        self.session.pin(pinned)
         return pinned
 
     def check(self, step: int) -> list[HitRecord]:

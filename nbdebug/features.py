@@ -1,0 +1,39 @@
+"""Optional features the debugger core reaches without importing them: one table, resolved on first use.
+
+The core (``debugger.py``, ``session/``, ``watch/``, ``control/``, ``frameworks/``) imports nothing from
+``ui/``, ``lab/``, ``dump/``, ``compare/`` or ``remote/``, at module level or inside functions
+(``tests/test_layering.py`` checks it). Where a core object offers an optional feature — ``dbg.panel()``,
+``Debugger(dump_dir=...)``, the JupyterLab status item — it calls ``feature(name)``, which imports the
+module that implements it the first time. The layers above import the core freely; the core depends on
+them only through the names listed in :data:`FEATURES`, so the table is the whole upward surface.
+
+>>> feature("attach_dump").__name__
+'attach_dump'
+>>> feature("nope")
+Traceback (most recent call last):
+...
+KeyError: "no optional feature 'nope'; known: announce, attach_dump, compare_panel, export_html, panel"
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+#: feature name -> (module, attribute); the module is imported on the first :func:`feature` call
+FEATURES: dict[str, tuple[str, str]] = {
+    "announce": ("nbdebug.lab", "announce"),  # JupyterLab status item and commands for a new Debugger
+    "attach_dump": ("nbdebug.dump", "attach_dump"),  # Debugger(dump_dir=..., config=...)
+    "compare_panel": ("nbdebug.ui.compare_panel", "ComparePanel"),  # CompareResult shown in a notebook
+    "export_html": ("nbdebug.ui.export", "export_html"),  # dbg.export_html(path)
+    "panel": ("nbdebug.ui.panel", "Panel"),  # dbg.panel(), a Debugger shown in a cell
+}
+
+
+def feature(name: str) -> Any:
+    """The object implementing optional feature ``name`` (its module imported now if it was not)."""
+    try:
+        module, attr = FEATURES[name]
+    except KeyError:
+        raise KeyError(f"no optional feature {name!r}; known: {', '.join(sorted(FEATURES))}") from None
+    return getattr(importlib.import_module(module), attr)

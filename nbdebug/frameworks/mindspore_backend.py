@@ -1,0 +1,124 @@
+"""The MindSpore :class:`~nbdebug.frameworks.registry.Backend`: imports mindspore only when a method needs it.
+
+Its class attributes carry how MindSpore spells what PyTorch calls otherwise (compare's common spelling is
+PyTorch's): parameter names (``gamma`` → ``weight``), API names (``Dense`` → ``linear``) and call prefixes
+(``Mint`` → ``Torch``/``Tensor``).
+
+>>> b = MindSporeBackend()
+>>> b.torch_param("moving_mean"), b.api_to_torch["batchmatmul"], "Cell" in b.name_prefixes
+('running_mean', 'bmm', True)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .registry import Backend
+
+#: MindSpore parameter names → PyTorch's (BatchNorm, LayerNorm, Embedding)
+MS_TO_PT_PARAM = {
+    "gamma": "weight",
+    "beta": "bias",
+    "moving_mean": "running_mean",
+    "moving_variance": "running_var",
+    "embedding_table": "weight",
+}
+
+#: MindSpore API names whose PyTorch counterpart is spelled differently (lower case)
+MS_TO_PT_API = {
+    "dense": "linear",
+    "batchmatmul": "bmm",
+    "batch_matmul": "bmm",
+    "reducemean": "mean",
+    "reduce_mean": "mean",
+    "reducesum": "sum",
+    "reduce_sum": "sum",
+    "reducemax": "max",
+    "reduce_max": "max",
+    "concat": "cat",
+    "expanddims": "unsqueeze",
+    "expand_dims": "unsqueeze",
+    "cast": "to",
+    "fastgelu": "gelu",
+    "biasadd": "add",
+    "bias_add": "add",
+    "softmaxcrossentropywithlogits": "cross_entropy",
+    "sigmoidcrossentropywithlogits": "binary_cross_entropy_with_logits",
+    "onehot": "one_hot",
+    "gathernd": "gather",
+    "stridedslice": "__getitem__",
+    "tensorscatterupdate": "__setitem__",
+    "sub": "sub",
+    "mul": "mul",
+    "div": "div",
+    "realdiv": "div",
+}
+
+#: MindSpore API prefixes → the PyTorch prefixes to try, in order
+MS_TO_PT_PREFIX = {
+    "Mint": ("Torch", "Tensor"),
+    "MintFunctional": ("Functional",),
+    "Functional": ("Torch", "Functional", "Tensor"),
+    "Primitive": ("Torch", "Functional", "Tensor"),
+    "Tensor": ("Tensor", "Torch"),
+    "MintDistributed": ("Distributed",),
+    "Distributed": ("Distributed",),
+    "Jit": ("Torch",),
+}
+
+
+class MindSporeBackend(Backend):
+    name = "mindspore"
+    aliases = ("ms",)
+    model_classes = ("mindspore.nn.cell.Cell",)
+    packages = ("mindspore",)
+    model_kind = "mindspore.nn.Cell"
+    supports_risk_level = False
+    name_prefixes = frozenset({"Cell", "Mint", "MintFunctional", "Primitive", "MintDistributed", "Jit"})
+    api_to_torch = MS_TO_PT_API
+    prefix_to_torch = MS_TO_PT_PREFIX
+    param_to_torch = MS_TO_PT_PARAM
+
+    @property
+    def levels(self) -> tuple[str, ...]:
+        from .mindspore_adapter import LEVELS
+
+        return tuple(LEVELS)
+
+    def info(self, model: Any) -> tuple[str, str]:
+        from .mindspore_adapter import mindspore_info
+
+        return mindspore_info()
+
+    def adapter(self, model: Any, level: str, session: Any, *, retain: bool = True,
+                retain_copy: bool = False) -> Any:
+        from .mindspore_adapter import MindSporeAdapter
+
+        return MindSporeAdapter(model, level, session, retain=retain)
+
+    def dump_io(self, adapter: Any) -> Any:
+        from .mindspore_io import MindSporeIO
+
+        return MindSporeIO(adapter)
+
+    def custom_api_wrapper(self, get_adapter: Callable[[], Any], func: Callable, prefix: str, api: str) -> Callable:
+        from .mindspore_io import custom_api_wrapper
+
+        return custom_api_wrapper(get_adapter, func, prefix, api)
+
+    def stand_in_model(self) -> Any:
+        from .mindspore_io import stand_in_model
+
+        return stand_in_model()
+
+    def model_list(self, models: list[Any]) -> Any:
+        import mindspore.nn as msnn
+
+        return msnn.CellList(list(models))
+
+    def step_callback(self, debugger: Any) -> Any:
+        """msProbe's ``MsprobeStep`` for ``Model.train`` (MindSpore only)."""
+        from .mindspore_io import step_callback
+
+        return step_callback(debugger)

@@ -1,0 +1,198 @@
+"""Which framework a model, a value or a name belongs to, and the :class:`Backend` that serves it.
+
+Code outside ``nbdebug/frameworks/`` never branches on ``framework == "pytorch"`` and never imports
+torch or mindspore: it asks this registry for a :class:`Backend` and calls it. Detection looks at class
+names only (``type(obj).__mro__``), so asking about a model never imports a framework that is not
+already in use; a backend imports its framework the first time one of its methods needs it.
+
+>>> backend_named("torch").name
+'pytorch'
+>>> import sys; "mindspore" in sys.modules or backend_named("mindspore").name == "mindspore"
+True
+>>> backend_for_value([1, 2]) is None
+True
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any
+
+#: registered backends, by canonical name, in detection order
+_BACKENDS: dict[str, Backend] = {}
+
+
+class Backend:
+    """What nbdebug needs from one framework. Subclasses live in ``frameworks/<name>_backend.py``.
+
+    Class attributes describe the framework without importing it; methods import it lazily.
+    """
+
+    #: canonical name (``Session.framework``, dump.json's ``framework``)
+    name = ""
+    #: other spellings accepted by :func:`backend_named`
+    aliases: tuple[str, ...] = ()
+    #: ``module.QualName`` prefixes of the model base class (``torch.nn.modules.module.Module``)
+    model_classes: tuple[str, ...] = ()
+    #: top-level package names of the framework's objects
+    packages: tuple[str, ...] = ()
+    #: what the Debugger attaches to, for error messages
+    model_kind = ""
+    #: msProbe's ``risk_level`` filter applies to this framework's L1/mix dumps
+    supports_risk_level = False
+    #: first name components only this framework's dumps use (``Cell.``, ``Mint.``)
+    name_prefixes: frozenset[str] = frozenset()
+    #: API names, call prefixes and parameter names in PyTorch's spelling (compare's common spelling);
+    #: empty for PyTorch itself
+    api_to_torch: Mapping[str, str] = {}
+    prefix_to_torch: Mapping[str, tuple[str, ...]] = {}
+    param_to_torch: Mapping[str, str] = {}
+    #: extensions of tensor files :meth:`read_tensor_file` reads (beside ``.npy``)
+    tensor_file_suffixes: tuple[str, ...] = ()
+
+    # -- detection (no import) --------------------------------------------------------------------
+    def owns_model(self, model: Any) -> bool:
+        """Whether ``model`` is an instance of the framework's model class (by class name)."""
+        for klass in type(model).__mro__:
+            qual = f"{klass.__module__}.{klass.__qualname__}"
+            if qual.startswith(self.model_classes):
+                return True
+        return False
+
+    def owns_value(self, value: Any) -> bool:
+        """Whether ``value`` (a tensor, module, function, module object) comes from the framework."""
+        mods = [getattr(value, "__name__", "") if type(value).__name__ == "module" else ""]
+        mods += [k.__module__ or "" for k in type(value).__mro__]
+        return any(m.split(".", 1)[0] in self.packages for m in mods)
+
+    def imported(self) -> bool:
+        """Whether the framework is imported in this process already."""
+        return any(p in sys.modules for p in self.packages)
+
+    # -- capture ----------------------------------------------------------------------------------
+    @property
+    def levels(self) -> tuple[str, ...]:
+        raise NotImplementedError
+
+    def info(self, model: Any) -> tuple[str, str]:
+        """``(framework version, device)`` of ``model``."""
+        raise NotImplementedError
+
+    def adapter(self, model: Any, level: str, session: Any, *, retain: bool = True,
+                retain_copy: bool = False) -> Any:
+        """The capture adapter feeding ``session`` from ``model``."""
+        raise NotImplementedError
+
+    def loss_scale_probe(self, scaler: Any, tracker: Any, step: Callable[[], int],
+                         on_update: Callable[[Any], Any]) -> Any:
+        raise TypeError(f"{self.name} has no loss-scaler probe; track_loss_scale needs a torch.amp.GradScaler")
+
+    # -- dumps ------------------------------------------------------------------------------------
+    def dump_io(self, adapter: Any) -> Any:
+        """The msProbe-format dump I/O bound to ``adapter`` (None: no live capture, e.g. ``save()`` only)."""
+        raise NotImplementedError
+
+    def custom_api_wrapper(self, get_adapter: Callable[[], Any], func: Callable, prefix: str, api: str) -> Callable:
+        raise NotImplementedError
+
+    def stand_in_model(self) -> Any:
+        """An empty root model (an L1 dump started without a model)."""
+        raise NotImplementedError
+
+    def model_list(self, models: list[Any]) -> Any:
+        """Several models as one container model (``Module.{i}.…`` / ``Cell.{i}.…``)."""
+        raise NotImplementedError
+
+    def read_tensor_file(self, path: str) -> Any:
+        """A tensor file of this framework's format as a numpy array (``ValueError`` naming the file)."""
+        raise ValueError(f"{path}: {self.name} has no tensor file format of its own")
+
+    # -- compare ----------------------------------------------------------------------------------
+    def torch_param(self, name: str) -> str:
+        """A parameter name in PyTorch's spelling (``gamma`` → ``weight``)."""
+        return self.param_to_torch.get(name, name)
+
+    def __repr__(self) -> str:
+        return f"<nbdebug backend {self.name}>"
+
+
+def register(backend: Backend) -> Backend:
+    """Add ``backend`` to the registry (later registrations of one name replace earlier ones)."""
+    _BACKENDS[backend.name] = backend
+    return backend
+
+
+def backends() -> list[Backend]:
+    """Every registered backend, in detection order."""
+    _ensure_builtin()
+    return list(_BACKENDS.values())
+
+
+def backend_named(name: str) -> Backend:
+    """The backend called ``name`` (or one of its aliases); ``ValueError`` listing the known ones."""
+    key = str(name or "").lower()
+    for b in backends():
+        if key == b.name or key in b.aliases:
+            return b
+    raise ValueError(f"unknown framework {name!r}; known: {', '.join(b.name for b in backends())}")
+
+
+def find_backend(name: str) -> Backend | None:
+    """Like :func:`backend_named`, None for an unknown name (``"numpy"``, ``""``)."""
+    try:
+        return backend_named(name)
+    except ValueError:
+        return None
+
+
+def backend_for_model(model: Any) -> Backend:
+    """The backend whose model class ``model`` is; ``TypeError`` saying what nbdebug attaches to."""
+    for b in backends():
+        if b.owns_model(model):
+            return b
+    kinds = " or a ".join(b.model_kind for b in backends())
+    raise TypeError(f"nbdebug.Debugger attaches to a {kinds}, got {type(model).__name__} "
+                    f"(from module {type(model).__module__ or '?'})")
+
+
+def backend_for_value(value: Any) -> Backend | None:
+    """The backend of a tensor, model, or the first such item in a dict/list/tuple; None if none."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        for b in backends():
+            if b.owns_value(v):
+                return b
+        if isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, (list, tuple)):
+            stack.extend(v)
+    return None
+
+
+def backend_for_names(names: Any) -> Backend:
+    """The backend whose dumps use these node names (``Cell.…`` is MindSpore); PyTorch by default."""
+    for n in names:
+        first = n.split(".", 1)[0]
+        for b in backends():
+            if first in b.name_prefixes:
+                return b
+        if first == "Module":
+            break
+    return backend_named("pytorch")
+
+
+def default_backend() -> Backend:
+    """The framework in use when nothing says which: the imported one (PyTorch when both or neither are)."""
+    bs = backends()
+    return next((b for b in bs if b.imported()), bs[0])
+
+
+def _ensure_builtin() -> None:
+    if not _BACKENDS:
+        from .mindspore_backend import MindSporeBackend
+        from .torch_backend import TorchBackend
+
+        register(TorchBackend())
+        register(MindSporeBackend())

@@ -1,0 +1,73 @@
+"""The PyTorch :class:`~nbdebug.frameworks.registry.Backend`: imports torch only when a method needs it.
+
+>>> from nbdebug.frameworks.registry import backend_named
+>>> b = backend_named("pytorch")
+>>> b.levels, b.supports_risk_level
+(('L0', 'L1', 'mix'), True)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .registry import Backend
+
+
+class TorchBackend(Backend):
+    name = "pytorch"
+    aliases = ("torch", "pt")
+    model_classes = ("torch.nn.modules.module.Module",)
+    packages = ("torch",)
+    model_kind = "torch.nn.Module"
+    supports_risk_level = True
+    tensor_file_suffixes = (".pt", ".pth")
+
+    @property
+    def levels(self) -> tuple[str, ...]:
+        from .torch_adapter import LEVELS
+
+        return tuple(LEVELS)
+
+    def info(self, model: Any) -> tuple[str, str]:
+        import torch
+
+        device = next((str(p.device) for p in model.parameters()), "cpu")
+        return torch.__version__, device
+
+    def adapter(self, model: Any, level: str, session: Any, *, retain: bool = True,
+                retain_copy: bool = False) -> Any:
+        from .torch_adapter import TorchAdapter
+
+        return TorchAdapter(model, level, session, retain=retain, retain_copy=retain_copy)
+
+    def loss_scale_probe(self, scaler: Any, tracker: Any, step: Callable[[], int],
+                         on_update: Callable[[Any], Any]) -> Any:
+        from .torch_loss_scale import GradScalerProbe
+
+        return GradScalerProbe(scaler, tracker, step=step, on_update=on_update)
+
+    def dump_io(self, adapter: Any) -> Any:
+        from .torch_io import TorchIO
+
+        return TorchIO(adapter)
+
+    def custom_api_wrapper(self, get_adapter: Callable[[], Any], func: Callable, prefix: str, api: str) -> Callable:
+        from .torch_io import custom_api_wrapper
+
+        return custom_api_wrapper(get_adapter, func, prefix, api)
+
+    def stand_in_model(self) -> Any:
+        from .torch_io import stand_in_model
+
+        return stand_in_model()
+
+    def model_list(self, models: list[Any]) -> Any:
+        import torch
+
+        return torch.nn.ModuleList(list(models))
+
+    def read_tensor_file(self, path: str) -> Any:
+        from .torch_io_load import load_pt
+
+        return load_pt(path)

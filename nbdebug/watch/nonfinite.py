@@ -1,0 +1,100 @@
+"""Where NaN/Inf starts in a step: the first node whose inputs are finite and whose output is not, and
+whose non-finite values *propagate*.
+
+Some models compute ±Inf on purpose: an attention mask of ``-inf`` added to scores before a softmax, or
+T5's ``log(0) = -inf`` in its relative-position buckets, cast to an integer right after. Such a value is
+*benign*: following the data-flow edges of the step from the node, every path of non-finite outputs ends
+at a consumer whose outputs are all finite (the softmax, the cast). A non-finite value matters when some
+path reaches a node with no consumer in the step (the loss, a model output, a gradient the optimizer
+reads). Sessions without edges (most loaded dumps) treat every origin as mattering. ``ignore`` names
+nodes (glob patterns) whose non-finite outputs are intended; they are skipped as origins.
+
+>>> from nbdebug.session.session import Session
+>>> from nbdebug.session.stats import StatsTable
+>>> s = Session(framework="numpy", live=False)
+>>> for i, n in enumerate(("mask", "add", "softmax")):
+...     s.graph.add_node(n, kind="op", op_type=n).order = i
+>>> s.graph.add_edge("mask", "add", "output.0", "input.1"); s.graph.add_edge("add", "softmax", "output.0", "input.0")
+>>> inf = [0, 0, 0, 0, 0, 0, 0, 0, 1, 4]  # one -inf
+>>> fin = [1, 0, 0, 0, 0, 0, 0, 0, 0, 4]
+>>> keys = [("mask", "output.0"), ("add", "input.1"), ("add", "output.0"), ("softmax", "input.0"),
+...         ("softmax", "output.0")]
+>>> s.steps[0] = StatsTable.from_rows(keys, ["float32"] * 5, [(4,)] * 5, np.array([inf, inf, inf, inf, fin]))
+>>> first_nonfinite(s, 0) is None, first_nonfinite(s, 0, benign=False)
+(True, ('mask', 'output.0', 0))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from fnmatch import fnmatchcase
+from typing import Any
+
+import numpy as np
+
+_IN_PREFIXES = ("input", "parameters")
+
+
+def _bad_rows(table: Any) -> np.ndarray:
+    cols = [np.nan_to_num(table.column(c)) for c in ("nan_count", "pos_inf_count", "neg_inf_count")]
+    return (cols[0] + cols[1] + cols[2]) > 0
+
+
+def first_nonfinite(session: Any, idx: int, *, ignore: Iterable[str] = (), benign: bool = True
+                    ) -> tuple[str, str, int] | None:
+    """``(node, slot, idx)`` of the first non-finite origin in step ``idx`` of ``session`` that matters
+    (``benign=False``: the first origin at all), None when there is none. A live session's nodes are taken
+    in execution order, a loaded one's in the order of its rows."""
+    try:
+        table = session.table(idx)
+    except KeyError:
+        return None
+    if not len(table):
+        return None
+    bad = _bad_rows(table)
+    if not bad.any():
+        return None
+    by_node: dict[str, list[int]] = {}
+    for i, (node, _slot) in enumerate(table.keys):
+        by_node.setdefault(node, []).append(i)
+    nodes = session.graph.nodes
+    names = list(by_node)
+    if getattr(session, "live", False):
+        names.sort(key=lambda n: nodes[n].order if n in nodes else 1 << 60)
+    patterns = [ignore] if isinstance(ignore, str) else list(ignore)
+    for name in names:
+        if patterns and any(fnmatchcase(name, p) for p in patterns):
+            continue
+        rows = by_node[name]
+        outs = [i for i in rows if not table.keys[i][1].startswith(_IN_PREFIXES)]
+        if not any(bad[i] for i in outs) or any(bad[i] for i in rows if i not in outs):
+            continue
+        if benign and not _propagates(session.graph, name, table, by_node, bad):
+            continue
+        first = next(i for i in outs if bad[i])
+        return name, table.keys[first][1], int(idx)
+    return None
+
+
+def _bad_outputs(table: Any, rows: list[int], bad: np.ndarray) -> set[str]:
+    return {table.keys[i][1] for i in rows if bad[i] and not table.keys[i][1].startswith(_IN_PREFIXES)}
+
+
+def _propagates(graph: Any, origin: str, table: Any, by_node: dict[str, list[int]], bad: np.ndarray) -> bool:
+    """Whether a path of non-finite outputs from ``origin`` reaches a node without consumers in the step."""
+    if not graph.edges:
+        return True  # no data flow known: nothing says the value is absorbed
+    seen = {origin}
+    frontier = [origin]
+    while frontier:
+        name = frontier.pop()
+        slots = _bad_outputs(table, by_node[name], bad)
+        consumers = [dst for dst in graph.successors(name) if dst in by_node and any(
+            s in slots or not s for s, _ in graph.edges[(name, dst)])]
+        if not consumers:
+            return True
+        for c in consumers:
+            if c not in seen and _bad_outputs(table, by_node[c], bad):
+                seen.add(c)
+                frontier.append(c)
+    return False

@@ -1,0 +1,159 @@
+"""The reading surface every session owner shares: statistics, tensors, watchpoints, hits, overflow origin.
+
+:class:`Reader` is mixed into :class:`nbdebug.Debugger` (live), :class:`nbdebug.offline.OfflineSession`
+(a loaded dump) and the panel's :class:`~nbdebug.ui.source.SessionSource` (a bare session). An owner sets
+``self.session`` and ``self.watchpoints``; it may override the hooks :meth:`_watch_changed` (what to do
+once the watchpoint set changed), :meth:`_default_recheck_steps` and :meth:`_emit` (hits as events).
+
+>>> from nbdebug.session.session import Session
+>>> from nbdebug.watch.watchpoints import WatchManager
+>>> class Bare(Reader):
+...     def __init__(self, session):
+...         self.session, self.watchpoints = session, WatchManager(session)
+>>> r = Bare(Session(framework="numpy", live=False))
+>>> r.watch("TO").condition, r.current_step, r.recheck(), r.first_nonfinite()
+('TO', -1, [], None)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from .nonfinite import first_nonfinite
+from .watchpoints import HitRecord, Watchpoint
+
+
+def hit_order(h: HitRecord) -> tuple:
+    """Hits sort by step, then execution order within the step."""
+    return (h.step, h.order, h.node, h.slot, h.watchpoint)
+
+
+class Reader:
+    """Reading and watchpoint methods over ``self.session`` and ``self.watchpoints``."""
+
+    session: Any
+    watchpoints: Any
+    #: node globs whose non-finite values are intended (``first_nonfinite`` skips them)
+    benign_nonfinite: tuple[str, ...] = ()
+
+    # -- hooks ------------------------------------------------------------------------------------
+    def _watch_changed(self) -> None:
+        """The watchpoint set changed (created, updated or deleted)."""
+
+    def _default_recheck_steps(self) -> list[int]:
+        step = self.current_step
+        return [step] if step >= 0 else []
+
+    def _emit(self, event: str, value: Any) -> None:
+        hub = getattr(self, "hub", None)
+        if hub is not None:
+            hub.emit(event, value)
+
+    # -- steps ------------------------------------------------------------------------------------
+    @property
+    def current_step(self) -> int:
+        """The step ``"current"`` means: the step in progress once it recorded something, else the last
+        finished one (or the one chosen with ``goto``); -1 before any."""
+        return self.session.latest_step()
+
+    def _step_index_of(self, step: int | str) -> int:
+        if isinstance(step, (int, np.integer)) and not isinstance(step, bool):
+            return int(step)
+        cur = self.current_step
+        if step == "current":
+            return cur
+        if step == "previous":
+            earlier = [s for s in self.session.steps if s < cur]
+            return max(earlier) if earlier else cur - 1
+        raise ValueError(f"step must be 'current', 'previous' or an int, got {step!r}")
+
+    # -- reading ----------------------------------------------------------------------------------
+    def stats(self, node: str, slot: str, step: int | str = "current", fields: Any = None) -> Mapping[str, Any]:
+        """Statistics of one tensor: ``dtype, shape, count, max, min, mean, abs_mean, norm, zero_count,
+        nan_count, pos_inf_count, neg_inf_count``; ``fields`` picks some."""
+        return self.session.stats(node, slot, step, fields)
+
+    def tensor(self, node: str, slot: str, step: int | str = "current") -> np.ndarray:
+        """The retained (or dumped) value as numpy; ``NotRetainedError`` (a ``LookupError``) says why when absent."""
+        return self.session.tensor(node, slot, step)
+
+    # -- watchpoints ------------------------------------------------------------------------------
+    def watch(self, condition: str, nodes: Any = None, **params: Any) -> Watchpoint:
+        """Create a watchpoint: ``watch("GL", max_gt=1e3)``, ``watch("TO", nodes="Functional.*")``.
+
+        ``nodes`` takes names, glob patterns or a list; None selects the condition's category (all
+        weights / gradients / activations / nodes). Invalid parameters raise ``ValueError`` naming the
+        parameter and its allowed range."""
+        wp = self.watchpoints.watch(condition, nodes, **params)
+        self._watch_changed()
+        return wp
+
+    def update_watch(self, wp: int | Watchpoint, **changes: Any) -> Watchpoint:
+        """Change a watchpoint: ``add=``/``remove=`` nodes, ``enabled=``, ``nodes=``, or parameters."""
+        w = self.watchpoints.update(wp, **changes)
+        self._watch_changed()
+        return w
+
+    def unwatch(self, wp: int | Watchpoint | None = None) -> None:
+        """Delete one watchpoint, or all of them (None)."""
+        if wp is None:
+            self.watchpoints.clear()
+        else:
+            self.watchpoints.delete(wp)
+
+    def recommend(self) -> list[tuple[str, dict[str, Any], Any]]:
+        """The recommended watchpoints for this model: (condition, parameters, target) triples."""
+        return self.watchpoints.recommend()
+
+    def watch_recommended(self) -> list[Watchpoint]:
+        """Create the recommended watchpoints."""
+        wps = [self.watchpoints.watch(c, target=t, **p) for c, p, t in self.recommend()]
+        self._watch_changed()
+        return wps
+
+    @property
+    def hits(self) -> list[HitRecord]:
+        """Every hit so far, ordered by step, then execution order within the step."""
+        return sorted(self.watchpoints.hits, key=hit_order)
+
+    def recheck(self, step: int | Iterable[int] | None = None) -> list[HitRecord]:
+        """Evaluate the watchpoints again on ``step`` (an int or several; None: the default steps — the
+        current one live, every step of a loaded dump) without advancing; returns the hits found."""
+        if step is None:
+            steps = self._default_recheck_steps()
+        elif isinstance(step, (int, np.integer)):
+            steps = [int(step)]
+        else:
+            steps = [int(s) for s in step]
+        found: list[HitRecord] = []
+        for s in steps:
+            found.extend(self.watchpoints.check(s))
+        for h in found:
+            self._emit("hit", h)
+        return found
+
+    # -- analysis ---------------------------------------------------------------------------------
+    def first_nonfinite(self, step: int | str | None = "current", *, ignore: Iterable[str] | str = (),
+                        benign: bool = True) -> tuple[str, str, int] | None:
+        """Where NaN/Inf starts: ``(node, slot, step)`` of the earliest node (forward, then backward, then
+        optimizer) whose inputs are finite and whose output is not, or None when the step is clean.
+
+        A non-finite value that every consumer absorbs (an attention mask's ``-inf`` before a softmax,
+        T5's ``log(0)`` cast to an integer) is *benign* and skipped (``benign=False`` reports it too);
+        ``ignore`` (glob patterns, added to the owner's ``benign_nonfinite``) names nodes whose ±Inf is
+        intended. ``step=None`` searches every step with statistics and returns the first origin."""
+        patterns = [ignore] if isinstance(ignore, str) else list(ignore)
+        patterns += list(self.benign_nonfinite)
+        if step is None:
+            for s in sorted(self.session.steps):
+                found = first_nonfinite(self.session, s, ignore=patterns, benign=benign)
+                if found is not None:
+                    return found
+            return None
+        idx = self._step_index_of(step)
+        if idx < 0:
+            return None
+        return first_nonfinite(self.session, idx, ignore=patterns, benign=benign)

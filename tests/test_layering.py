@@ -1,0 +1,143 @@
+"""The import structure of ``nbdebug/``: data flows frameworks → session → watch → control → ui, with
+offline/dump/compare beside; no cycle between parts; the debugger core never imports the layers above it
+(it reaches optional features through ``nbdebug.features`` only); only ``frameworks/`` imports torch or
+mindspore. Read from the source with ``ast`` (module- and function-level imports alike)."""
+
+from __future__ import annotations
+
+import ast
+import os
+from collections import defaultdict
+
+import nbdebug
+
+ROOT = os.path.dirname(nbdebug.__file__)
+#: parts whose imports are fixed here; a part not listed (a new package) may import the parts below it
+CORE = ("frameworks", "session", "watch", "control", "debugger", "features")
+UPPER = ("lab", "ui", "dump", "compare", "remote", "offline", "job")
+#: what each part may import (besides itself); the root package ``nbdebug`` (the public facade) imports all
+ALLOWED = {
+    "session": set(),
+    # the GradScaler probe feeds watch.loss_scale's tracker; _fastats is the native statistics kernel
+    "frameworks": {"session", "watch", "_fastats"},
+    "watch": {"session"},
+    "control": {"session", "watch"},
+    "features": set(),  # names modules as strings, imports them with importlib on first use
+    "debugger": {"frameworks", "session", "watch", "control", "features"},
+    "offline": {"frameworks", "session", "watch", "control", "features"},
+    "dump": {"frameworks", "session", "watch", "control", "features", "offline", "debugger"},
+    "compare": {"frameworks", "session", "watch", "control", "features", "offline", "dump"},
+    "ui": {"frameworks", "session", "watch", "control", "features", "offline", "dump", "compare", "debugger",
+           "nbdebug"},
+    "lab": {"session", "watch", "control", "features", "debugger", "ui"},
+}
+
+
+def _part(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "nbdebug"
+
+
+def _is_module(dotted: str) -> bool:
+    rel = os.path.join(ROOT, *dotted.split(".")[1:])
+    if os.path.isdir(rel) or os.path.exists(rel + ".py"):
+        return True
+    folder, name = os.path.split(rel)
+    return os.path.isdir(folder) and any(f.startswith(name + ".") and f.endswith((".so", ".pyd"))
+                                         for f in os.listdir(folder))
+
+
+def imports() -> list[tuple[str, str, int, bool]]:
+    """``(importer, imported, line, at module level)`` for every import of the package (nbdebug.* or not)."""
+    out = []
+    for folder, _, files in os.walk(ROOT):
+        for f in files:
+            if not f.endswith(".py"):
+                continue
+            path = os.path.join(folder, f)
+            rel = os.path.relpath(path, os.path.dirname(ROOT))[:-3].replace(os.sep, ".")
+            module = rel[: -len(".__init__")] if rel.endswith(".__init__") else rel
+            package = module if f == "__init__.py" else module.rsplit(".", 1)[0]
+            with open(path, encoding="utf-8") as fh:
+                tree = ast.parse(fh.read())
+
+            def visit(node: ast.AST, top: bool) -> None:
+                for ch in ast.iter_child_nodes(node):
+                    inner = top and not isinstance(ch, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+                    if isinstance(ch, ast.Import):
+                        out.extend((module, a.name, ch.lineno, top) for a in ch.names)
+                    elif isinstance(ch, ast.ImportFrom):
+                        base = ch.module or ""
+                        if ch.level:
+                            up = package.split(".")[: len(package.split(".")) - ch.level + 1]
+                            base = ".".join(up + ([ch.module] if ch.module else []))
+                        for a in ch.names:
+                            sub = f"{base}.{a.name}"
+                            out.append((module, sub if base.startswith("nbdebug") and _is_module(sub) else base,
+                                        ch.lineno, top))
+                    visit(ch, inner)
+
+            visit(tree, True)
+    return out
+
+
+def part_edges() -> dict[tuple[str, str], list[str]]:
+    edges: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for src, dst, line, _top in imports():
+        if dst == "nbdebug" or dst.startswith("nbdebug."):
+            a, b = _part(src), _part(dst)
+            if a != b:
+                edges[(a, b)].append(f"{src}:{line} imports {dst}")
+    return edges
+
+
+def test_the_import_scan_sees_both_kinds_of_import():
+    found = {(s, d, top) for s, d, _l, top in imports()}
+    assert ("nbdebug.debugger", "nbdebug.control", True) in found
+    assert ("nbdebug.frameworks.torch_backend", "nbdebug.frameworks.torch_adapter", False) in found
+    assert ("nbdebug.frameworks.torch_stats", "nbdebug._fastats", False) in found or \
+        ("nbdebug.frameworks.torch_stats", "nbdebug._fastats", True) in found
+
+
+def test_each_part_imports_only_the_parts_beside_or_below_it():
+    bad = [why for (a, b), whys in part_edges().items()
+           if a in ALLOWED and b not in ALLOWED[a] for why in whys]
+    assert bad == []
+
+
+def test_the_core_never_imports_the_layers_above_it():
+    bad = [why for (a, b), whys in part_edges().items() if a in CORE and b in UPPER for why in whys]
+    assert bad == []
+
+
+def test_no_import_cycle_between_parts():
+    graph: dict[str, set[str]] = defaultdict(set)
+    for a, b in part_edges():
+        if "nbdebug" not in (a, b):  # the public facade re-exports every part
+            graph[a].add(b)
+    cycles = []
+
+    def walk(node: str, path: list[str]) -> None:
+        for nxt in sorted(graph[node]):
+            if nxt in path:
+                cycles.append(path[path.index(nxt):] + [nxt])
+            elif len(path) < 12:
+                walk(nxt, path + [nxt])
+
+    for start in sorted(graph):
+        walk(start, [start])
+    assert cycles == []
+
+
+def test_only_frameworks_imports_torch_or_mindspore():
+    bad = [f"{s}:{line} imports {d}" for s, d, line, _top in imports()
+           if d.split(".")[0] in ("torch", "mindspore") and _part(s) != "frameworks"]
+    assert bad == []
+
+
+def test_features_name_existing_objects():
+    from nbdebug.features import FEATURES, feature
+
+    for name, (module, _attr) in FEATURES.items():
+        assert _part(module) in UPPER, f"{name}: a feature is something above the core"
+        assert callable(feature(name))
