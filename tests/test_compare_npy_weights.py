@@ -131,3 +131,19 @@ def test_compare_weights_pth_vs_ckpt(tmp_path):
     assert row.ckpt == "frozen.weight" and "shapes differ" in row.message
     with pytest.raises(ValueError, match="cannot be read"):
         nbdebug.compare_weights(tmp_path / "model.pth", tmp_path / "model.pth")
+
+
+def test_order_pairing_reads_the_number_at_the_end_of_mindspore_ts_save_files(tmp_path):
+    """MindSpore's TroubleShooter ``ts.save`` numbers files at the end (``conv_float32_0.npy``); PyTorch's side
+    here at the start (``0_conv.npy``): the k-th saved tensor pairs with the k-th, 10 after 9."""
+    a, b = tmp_path / "ms", tmp_path / "pt"
+    names = ["conv", "relu", "pool", "fc", "add", "mul", "sub", "exp", "log", "tanh", "softmax", "loss"]
+    rng = np.random.default_rng(3)
+    for i, name in enumerate(names):
+        v = rng.standard_normal(i + 1)
+        _save(a, f"{name}_float32_{i}.npy", v)
+        _save(b, f"{i}_{name}.npy", v)
+    res = nbdebug.compare_npy_dir(a, b, pairing="order")
+    assert [(r.name_a, r.name_b) for r in res.rows] == [
+        (f"{n}_float32_{i}.npy", f"{i}_{n}.npy") for i, n in enumerate(names)]
+    assert res.all_close and res.first_mismatch is None

@@ -10,6 +10,10 @@ Four ways, tried in this order for every target node:
    ``MintFunctional.x`` → ``Functional.x``, ``Functional.x`` (mindspore.ops) → ``Torch.x`` or
    ``Functional.x``, a few renamed APIs (:data:`MS_TO_PT_API`), and parameter names
    ``gamma/beta/moving_mean/moving_variance/embedding_table`` → ``weight/bias/running_mean/running_var/weight``;
+   Across frameworks an op is first paired by its module: the k-th call of an API inside one module
+   (``x.relu()`` and ``F.relu(x)`` alike) with the k-th call of that API inside the same module of the
+   other run (``matched_by="scoped"``), so that counters shifted by calls elsewhere do not pair a conv
+   block's ``relu`` with an fc block's;
 3. ``match="fuzzy"`` — as exact but without call counts: the k-th call of an API (or module) in the
    target pairs with its k-th call in the golden run;
 4. ``match="structural"`` — align the two execution orders (per section) by node kind, op type (with
@@ -144,12 +148,16 @@ def _apply_user_mapping(name: str, mapping: Mapping[str, str] | Callable[[str], 
 
 
 class NodeDesc:
-    """What structural matching looks at for one node."""
+    """What matching looks at for one node (``scope``: the module path it ran in, None when unknown)."""
 
-    __slots__ = ("name", "kind", "section", "op_type", "out_shapes")
+    __slots__ = ("name", "kind", "section", "op_type", "out_shapes", "scope", "api")
 
-    def __init__(self, name: str, kind: str, section: str, op_type: str, out_shapes: tuple) -> None:
+    def __init__(self, name: str, kind: str, section: str, op_type: str, out_shapes: tuple,
+                 scope: str | None = None) -> None:
         self.name, self.kind, self.section, self.op_type, self.out_shapes = name, kind, section, op_type, out_shapes
+        self.scope = scope
+        #: the API in PyTorch's spelling when the node stands for more than its own op (a fused bias add)
+        self.api: str | None = None
 
     def signature(self) -> tuple:
         op = self.op_type.lower().lstrip("_").rstrip("_")
@@ -180,6 +188,11 @@ def match_nodes(target: Sequence[NodeDesc], golden: Sequence[NodeDesc], *, how: 
         if g is not None and g in golden_names and g not in used_g:
             pairs[t.name] = (g, "mapping")
             used_g.add(g)
+
+    if cross:  # 2a. across frameworks, an op pairs first with the same API's k-th call in the same module
+        for t_name, g_name in _scoped_pairs(target, golden, target_framework, golden_framework, pairs, used_g):
+            pairs[t_name] = (g_name, "scoped")
+            used_g.add(g_name)
 
     # 2. exact names (canonical across frameworks); also the first pass of fuzzy and structural
     index: dict[str, str] = {}
@@ -229,6 +242,52 @@ def match_nodes(target: Sequence[NodeDesc], golden: Sequence[NodeDesc], *, how: 
     unmatched_t = [t.name for t in target if t.name not in pairs]
     unmatched_g = [g.name for g in golden if g.name not in used_g]
     return out, unmatched_t, unmatched_g
+
+
+def scoped_key(desc: NodeDesc, framework: str) -> tuple[str, str, str] | None:
+    """``(module path, API in PyTorch's spelling, direction)`` of an op whose module path is known; None
+    otherwise. The call prefix (``Tensor``/``Torch``/``Functional``/``Primitive``…) is left out: a faithful
+    port may spell one call ``x.relu()`` on one side and ``F.relu(x)`` on the other.
+
+    >>> scoped_key(NodeDesc("Primitive.relu.ReLU.0.forward", "op", "forward", "ReLU", (), "relu"), "mindspore")
+    ('relu', 'relu', 'forward')
+    >>> scoped_key(NodeDesc("Functional.relu.3.forward", "op", "forward", "relu", (), "relu"), "pytorch")
+    ('relu', 'relu', 'forward')
+    """
+    if desc.scope is None or desc.kind != "op":
+        return None
+    info = parse_name(desc.name)
+    if info.kind != "op" or info.count is None:
+        return None
+    if desc.api is not None:
+        return desc.scope, desc.api, info.direction
+    parts = info.api.split(".")
+    api = (parts[1] if len(parts) > 1 else parts[0]).lower()
+    b = backend_named(framework)
+    return desc.scope, b.api_to_torch.get(api, api), info.direction
+
+
+def _scoped_pairs(target: Sequence[NodeDesc], golden: Sequence[NodeDesc], tfw: str, gfw: str,
+                  pairs: Mapping[str, tuple[str, str]], used_g: set[str]) -> list[tuple[str, str]]:
+    """The k-th call of an API inside one module of the target with its k-th call inside the same module of
+    the golden run (both in execution order)."""
+    calls: dict[tuple, list[str]] = {}
+    for g in golden:
+        key = scoped_key(g, gfw) if g.name not in used_g else None
+        if key is not None:
+            calls.setdefault(key, []).append(g.name)
+    taken: dict[tuple, int] = {}
+    out = []
+    for t in target:
+        key = scoped_key(t, tfw) if t.name not in pairs else None
+        if key is None:
+            continue
+        k = taken.get(key, 0)
+        taken[key] = k + 1
+        cands = calls.get(key, ())
+        if k < len(cands):
+            out.append((t.name, cands[k]))
+    return out
 
 
 def _align(ts: list[NodeDesc], gs: list[NodeDesc]) -> list[tuple[NodeDesc, NodeDesc]]:

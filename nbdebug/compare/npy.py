@@ -2,7 +2,8 @@
 that does not match: save key outputs of both networks as ``.npy``, find the first pair that differs).
 
 Files pair up by name (the same file name on both sides), by order (the k-th file with the k-th, files
-sorted by their numeric prefix ``0_conv1.npy``, then by name) or by shape (an edit-distance alignment of
+sorted by their number — a prefix ``0_conv1.npy``, else a suffix as MindSpore's ``ts.save`` writes them,
+``conv_float32_0.npy`` — then by name) or by shape (an edit-distance alignment of
 the two sequences of shapes: deleting or inserting a file costs 1, pairing files of different shapes
 costs 5, so insertions are preferred to mismatched pairs).
 
@@ -28,6 +29,7 @@ from .metrics import close_report
 from .table import TupleTable
 
 _PREFIX = re.compile(r"^(\d+)")
+_SUFFIX = re.compile(r"_(\d+)\.npy$")  # MindSpore TroubleShooter's ts.save: conv_float32_0.npy
 PAIRINGS = ("name", "order", "shape")
 
 
@@ -111,7 +113,7 @@ def _files(d: str) -> list[str]:
     names = [f for f in os.listdir(d) if f.endswith(".npy")]
 
     def key(f: str) -> tuple:
-        m = _PREFIX.match(f)
+        m = _PREFIX.match(f) or _SUFFIX.search(f)
         return (0, int(m.group(1)), f) if m else (1, 0, f)
 
     return sorted(names, key=key)

@@ -41,6 +41,7 @@ from ..dump.load import parse_name
 from ..frameworks.registry import find_backend
 from ..session.stats import COL
 from ..session.store import NotRetainedError
+from .fusion import bias_fusions, fuse
 from .mapping import NodeDesc, canonical_slot, framework_of_names, match_nodes
 from .metrics import TensorMetrics, stats_diff, tensor_metrics
 from .result import CompareResult, CompareRow, Divergence
@@ -112,7 +113,8 @@ def _rows_by_node(table: Any) -> tuple[list[str], dict[str, list[tuple[str, int]
     return order, by
 
 
-def _descs(sess: Any, table: Any, order: list[str], by: dict[str, list[tuple[str, int]]]) -> list[NodeDesc]:
+def _descs(sess: Any, table: Any, order: list[str], by: dict[str, list[tuple[str, int]]],
+           fused: dict[str, tuple[str, str]]) -> list[NodeDesc]:
     out = []
     nodes = sess.graph.nodes
     for name in order:
@@ -122,7 +124,10 @@ def _descs(sess: Any, table: Any, order: list[str], by: dict[str, list[tuple[str
         section = node.section if node is not None else ("backward" if info.direction != "forward" else "forward")
         op_type = node.op_type if node is not None else info.op_type
         outs = tuple(table.shapes[i] for s, i in by[name] if not s.startswith(("input", "parameters")))
-        out.append(NodeDesc(name, kind, section, op_type, outs))
+        desc = NodeDesc(name, kind, section, op_type, outs, node.scope if node is not None else None)
+        if name in fused:
+            desc.api = fused[name][1]
+        out.append(desc)
     return out
 
 
@@ -161,7 +166,11 @@ def compare(target: Any, golden: Any, match: str = "exact",
     g_order, g_by = _rows_by_node(gtab)
     tfw, gfw = _framework(tsess, t_order), _framework(gsess, g_order)
     cross = tfw != gfw
-    pairs, un_t, un_g = match_nodes(_descs(tsess, ttab, t_order, t_by), _descs(gsess, gtab, g_order, g_by),
+    t_fused = bias_fusions(tsess, tfw, t_order, t_by, ttab.shapes) if cross else {}
+    g_fused = bias_fusions(gsess, gfw, g_order, g_by, gtab.shapes) if cross else {}
+    t_src, g_src = fuse(t_fused, t_order, t_by), fuse(g_fused, g_order, g_by)  # (node, slot) -> where its value is
+    pairs, un_t, un_g = match_nodes(_descs(tsess, ttab, t_order, t_by, t_fused),
+                                    _descs(gsess, gtab, g_order, g_by, g_fused),
                                     how=match, mapping=mapping, target_framework=tfw, golden_framework=gfw,
                                     cross=cross)
     pair_of = {t: (g, how) for t, g, how in pairs}
@@ -187,7 +196,13 @@ def compare(target: Any, golden: Any, match: str = "exact",
                 ti.append(i)
                 gi.append(-1)
             else:
-                rows.append(CompareRow(node, gname, slot, hit[0], order=order, matched_by=how))
+                row = CompareRow(node, gname, slot, hit[0], order=order, matched_by=how)
+                for side, fw, key in (("target", tfw, (node, slot)), ("golden", gfw, (gname, hit[0]))):
+                    src = (t_src if side == "target" else g_src).get(key)
+                    if src is not None:
+                        row.messages.append(f"{side} value: {src[1]} of {src[0]} ({fw} adds the bias in an op "
+                                            f"of its own)")
+                rows.append(row)
                 ti.append(i)
                 gi.append(hit[1])
         for s, i in g_slots.values():  # golden slots with no target counterpart
@@ -230,8 +245,9 @@ def compare(target: Any, golden: Any, match: str = "exact",
     if mode != "statistics":
         for k in np.flatnonzero(both).tolist():
             r = rows[k]
-            a = _value(tsess, ts, r.target, r.slot)
-            b = _value(gsess, gs, r.golden, r.golden_slot) if a is not None else None
+            a = _value(tsess, ts, *t_src.get((r.target, r.slot), (r.target, r.slot)))
+            b = _value(gsess, gs, *g_src.get((r.golden, r.golden_slot), (r.golden, r.golden_slot))) \
+                if a is not None else None
             if a is None or b is None:
                 if mode == "tensor":
                     r.messages.append("tensor mode: no value on the " + ("target" if a is None else "golden")

@@ -53,6 +53,17 @@ MS_TO_PT_API = {
     "mul": "mul",
     "div": "div",
     "realdiv": "div",
+    "max_pool": "max_pool2d",
+    "maxpool": "max_pool2d",
+}
+
+#: ops PyTorch runs with their bias in one call, where MindSpore's cells (``Conv2d``, ``Dense``) run the op
+#: and then ``BiasAdd``: MindSpore API (lower case) -> the PyTorch API of the op with its bias
+MS_BIAS_SPLIT = {
+    "conv1d": "conv1d",
+    "conv2d": "conv2d",
+    "conv3d": "conv3d",
+    "matmul": "linear",
 }
 
 #: MindSpore API prefixes → the PyTorch prefixes to try, in order
@@ -79,6 +90,8 @@ class MindSporeBackend(Backend):
     api_to_torch = MS_TO_PT_API
     prefix_to_torch = MS_TO_PT_PREFIX
     param_to_torch = MS_TO_PT_PARAM
+    bias_split = MS_BIAS_SPLIT
+    bias_add_apis = frozenset({"bias_add", "biasadd"})
 
     @property
     def levels(self) -> tuple[str, ...]:

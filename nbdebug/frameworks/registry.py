@@ -48,6 +48,10 @@ class Backend:
     api_to_torch: Mapping[str, str] = {}
     prefix_to_torch: Mapping[str, tuple[str, ...]] = {}
     param_to_torch: Mapping[str, str] = {}
+    #: ops whose bias this framework adds in a separate op (API -> PyTorch's API of the op with bias), and
+    #: the APIs of that separate op: compare pairs the two ops with PyTorch's one call
+    bias_split: Mapping[str, str] = {}
+    bias_add_apis: frozenset[str] = frozenset()
     #: extensions of tensor files :meth:`read_tensor_file` reads (beside ``.npy``)
     tensor_file_suffixes: tuple[str, ...] = ()
 
