@@ -392,14 +392,8 @@ class PyNativeAdapter:
         self._opt_owned: dict[int, bool] = {}
         self._new_step_state()
         self._attach(model)
-        read = session.tensor
-
-        def tensor(node: str, slot: str, step: int | str = "current"):
-            if not self.closed:
-                self.sync()  # values of the step in progress are offered to the store at a flush
-            return read(node, slot, step)
-
-        session.tensor = tensor  # type: ignore[method-assign]
+        # values of the step in progress are offered to the store at a flush
+        session.before_read = lambda: None if self.closed else self.sync()
 
     # -- step state -------------------------------------------------------------------------------
     def _new_step_state(self) -> None:

@@ -168,6 +168,8 @@ class Session:
         self.lock = threading.RLock()
         #: source of raw stats rows for the step in progress: () -> ndarray (rows x RAW_WIDTH)
         self.raw_source: Callable[[], np.ndarray] | None = None
+        #: run before a retained value is read (an adapter that offers values in batches flushes them)
+        self.before_read: Callable[[], None] | None = None
         self._partial: tuple[int, StatsTable] | None = None
         self._listeners: dict[str, list[Callable[..., Any]]] = {}
 
@@ -372,6 +374,8 @@ class Session:
         return steps, vals
 
     def tensor(self, node: str, slot: str, step: int | str = "current") -> np.ndarray:
+        if self.before_read is not None:
+            self.before_read()
         key = (node, slot)
         if step == "initial":
             return self.store.get(key, "initial")
