@@ -92,12 +92,9 @@ class MindSporeBackend(Backend):
     param_to_torch = MS_TO_PT_PARAM
     bias_split = MS_BIAS_SPLIT
     bias_add_apis = frozenset({"bias_add", "biasadd"})
-
-    @property
-    def levels(self) -> tuple[str, ...]:
-        from .mindspore_adapter import LEVELS
-
-        return tuple(LEVELS)
+    adapter_module = ".mindspore_adapter"
+    io_module = ".mindspore_io"
+    io_class = "MindSporeIO"
 
     def info(self, model: Any) -> tuple[str, str]:
         from .mindspore_adapter import mindspore_info
@@ -109,21 +106,6 @@ class MindSporeBackend(Backend):
         from .mindspore_adapter import MindSporeAdapter
 
         return MindSporeAdapter(model, level, session, retain=retain)
-
-    def dump_io(self, adapter: Any) -> Any:
-        from .mindspore_io import MindSporeIO
-
-        return MindSporeIO(adapter)
-
-    def custom_api_wrapper(self, get_adapter: Callable[[], Any], func: Callable, prefix: str, api: str) -> Callable:
-        from .mindspore_io import custom_api_wrapper
-
-        return custom_api_wrapper(get_adapter, func, prefix, api)
-
-    def stand_in_model(self) -> Any:
-        from .mindspore_io import stand_in_model
-
-        return stand_in_model()
 
     def model_list(self, models: list[Any]) -> Any:
         import mindspore.nn as msnn

@@ -15,6 +15,7 @@ True
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -75,9 +76,16 @@ class Backend:
         return any(p in sys.modules for p in self.packages)
 
     # -- capture ----------------------------------------------------------------------------------
+    #: the module of the capture adapter, relative to the backend's own; it defines ``LEVELS``
+    adapter_module = ""
+
+    def _module(self, relative: str) -> Any:
+        return importlib.import_module(relative, type(self).__module__.rpartition(".")[0])
+
     @property
     def levels(self) -> tuple[str, ...]:
-        raise NotImplementedError
+        """The capture levels (``L0``, ``L1``, ``mix``)."""
+        return tuple(self._module(self.adapter_module).LEVELS)
 
     def info(self, model: Any) -> tuple[str, str]:
         """``(framework version, device)`` of ``model``."""
@@ -93,16 +101,25 @@ class Backend:
         raise TypeError(f"{self.name} has no loss-scaler probe; track_loss_scale needs a torch.amp.GradScaler")
 
     # -- dumps ------------------------------------------------------------------------------------
+    #: the module of the msProbe-format dump I/O, relative to the backend's own (``.torch_io``): its class
+    #: :attr:`io_class`, ``custom_api_wrapper`` and ``stand_in_model``
+    io_module = ""
+    io_class = ""
+
+    def _io(self) -> Any:
+        return self._module(self.io_module)
+
     def dump_io(self, adapter: Any) -> Any:
         """The msProbe-format dump I/O bound to ``adapter`` (None: no live capture, e.g. ``save()`` only)."""
-        raise NotImplementedError
+        return getattr(self._io(), self.io_class)(adapter)
 
     def custom_api_wrapper(self, get_adapter: Callable[[], Any], func: Callable, prefix: str, api: str) -> Callable:
-        raise NotImplementedError
+        """``func`` recorded as one API node ``{prefix}.{api}.{n}`` while the adapter captures at L1/mix."""
+        return self._io().custom_api_wrapper(get_adapter, func, prefix, api)
 
     def stand_in_model(self) -> Any:
         """An empty root model (an L1 dump started without a model)."""
-        raise NotImplementedError
+        return self._io().stand_in_model()
 
     def model_list(self, models: list[Any]) -> Any:
         """Several models as one container model (``Module.{i}.…`` / ``Cell.{i}.…``)."""

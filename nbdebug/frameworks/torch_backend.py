@@ -22,12 +22,9 @@ class TorchBackend(Backend):
     model_kind = "torch.nn.Module"
     supports_risk_level = True
     tensor_file_suffixes = (".pt", ".pth")
-
-    @property
-    def levels(self) -> tuple[str, ...]:
-        from .torch_adapter import LEVELS
-
-        return tuple(LEVELS)
+    adapter_module = ".torch_adapter"
+    io_module = ".torch_io"
+    io_class = "TorchIO"
 
     def info(self, model: Any) -> tuple[str, str]:
         import torch
@@ -46,21 +43,6 @@ class TorchBackend(Backend):
         from .torch_loss_scale import GradScalerProbe
 
         return GradScalerProbe(scaler, tracker, step=step, on_update=on_update)
-
-    def dump_io(self, adapter: Any) -> Any:
-        from .torch_io import TorchIO
-
-        return TorchIO(adapter)
-
-    def custom_api_wrapper(self, get_adapter: Callable[[], Any], func: Callable, prefix: str, api: str) -> Callable:
-        from .torch_io import custom_api_wrapper
-
-        return custom_api_wrapper(get_adapter, func, prefix, api)
-
-    def stand_in_model(self) -> Any:
-        from .torch_io import stand_in_model
-
-        return stand_in_model()
 
     def model_list(self, models: list[Any]) -> Any:
         import torch

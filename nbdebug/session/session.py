@@ -416,9 +416,12 @@ class Session:
                 "GradScaler.unscale_ on gradients), and no copy was kept: the value used is gone; its "
                 "statistics are still exact")
 
+    def _node_count(self) -> str:
+        return f"{len(self.graph)} nodes captured so far"
+
     def _check_key(self, node: str, slot: str) -> None:
         if node not in self.graph.nodes:
-            raise KeyError(f"no node named {node!r}; {len(self.graph)} nodes captured so far")
+            raise KeyError(f"no node named {node!r}; {self._node_count()}")
         known = self.graph.nodes[node].shapes
         if known and slot not in known:
             raise KeyError(f"node {node!r} has no slot {slot!r}; its slots: {sorted(known)}")
