@@ -47,6 +47,29 @@ def _is_module(dotted: str) -> bool:
                                          for f in os.listdir(folder))
 
 
+def _file_imports(module: str, package: str, tree: ast.AST) -> list[tuple[str, str, int, bool]]:
+    out = []
+
+    def visit(node: ast.AST, top: bool) -> None:
+        for ch in ast.iter_child_nodes(node):
+            inner = top and not isinstance(ch, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            if isinstance(ch, ast.Import):
+                out.extend((module, a.name, ch.lineno, top) for a in ch.names)
+            elif isinstance(ch, ast.ImportFrom):
+                base = ch.module or ""
+                if ch.level:
+                    up = package.split(".")[: len(package.split(".")) - ch.level + 1]
+                    base = ".".join(up + ([ch.module] if ch.module else []))
+                for a in ch.names:
+                    sub = f"{base}.{a.name}"
+                    out.append((module, sub if base.startswith("nbdebug") and _is_module(sub) else base,
+                                ch.lineno, top))
+            visit(ch, inner)
+
+    visit(tree, True)
+    return out
+
+
 def imports() -> list[tuple[str, str, int, bool]]:
     """``(importer, imported, line, at module level)`` for every import of the package (nbdebug.* or not)."""
     out = []
@@ -59,25 +82,7 @@ def imports() -> list[tuple[str, str, int, bool]]:
             module = rel[: -len(".__init__")] if rel.endswith(".__init__") else rel
             package = module if f == "__init__.py" else module.rsplit(".", 1)[0]
             with open(path, encoding="utf-8") as fh:
-                tree = ast.parse(fh.read())
-
-            def visit(node: ast.AST, top: bool) -> None:
-                for ch in ast.iter_child_nodes(node):
-                    inner = top and not isinstance(ch, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
-                    if isinstance(ch, ast.Import):
-                        out.extend((module, a.name, ch.lineno, top) for a in ch.names)
-                    elif isinstance(ch, ast.ImportFrom):
-                        base = ch.module or ""
-                        if ch.level:
-                            up = package.split(".")[: len(package.split(".")) - ch.level + 1]
-                            base = ".".join(up + ([ch.module] if ch.module else []))
-                        for a in ch.names:
-                            sub = f"{base}.{a.name}"
-                            out.append((module, sub if base.startswith("nbdebug") and _is_module(sub) else base,
-                                        ch.lineno, top))
-                    visit(ch, inner)
-
-            visit(tree, True)
+                out.extend(_file_imports(module, package, ast.parse(fh.read())))
     return out
 
 

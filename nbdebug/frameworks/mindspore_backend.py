@@ -11,7 +11,6 @@ PyTorch's): parameter names (``gamma`` → ``weight``), API names (``Dense`` →
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from .registry import Backend

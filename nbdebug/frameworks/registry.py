@@ -96,6 +96,14 @@ class Backend:
         """The capture adapter feeding ``session`` from ``model``."""
         raise NotImplementedError
 
+    def seed(self, seed: int, mode: bool, rm_dropout: bool) -> None:
+        """Seed the framework (``mode``: deterministic algorithms; ``rm_dropout``: dropout off), as
+        :func:`~nbdebug.frameworks.seed.seed_all` describes."""
+        from . import seed as seeding
+
+        getattr(seeding, f"_seed_{self.packages[0]}")(importlib.import_module(self.packages[0]), seed, mode,
+                                                     rm_dropout)
+
     def loss_scale_probe(self, scaler: Any, tracker: Any, step: Callable[[], int],
                          on_update: Callable[[Any], Any]) -> Any:
         raise TypeError(f"{self.name} has no loss-scaler probe; track_loss_scale needs a torch.amp.GradScaler")

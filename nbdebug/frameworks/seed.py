@@ -55,14 +55,17 @@ def seed_all(seed: int = 1234, mode: bool = False, rm_dropout: bool = False, *,
     random.seed(seed)
     os.environ["PYTHONHASHSEED"] = str(seed)
     np.random.seed(seed)
-    wanted = ("torch", "mindspore") if frameworks is None else tuple(frameworks)
+    from .registry import backends
+
+    by_package = {b.packages[0]: b for b in backends()}
+    wanted = tuple(by_package) if frameworks is None else tuple(frameworks)
     for name in wanted:
-        if name not in ("torch", "mindspore"):
-            raise ValueError(f"frameworks: unknown framework {name!r}; use 'torch' and/or 'mindspore'")
-    if "torch" in wanted and _available("torch"):
-        _seed_torch(importlib.import_module("torch"), seed, mode, rm_dropout)
-    if "mindspore" in wanted and _available("mindspore"):
-        _seed_mindspore(importlib.import_module("mindspore"), seed, mode, rm_dropout)
+        if name not in by_package:
+            raise ValueError(f"frameworks: unknown framework {name!r}; use "
+                             f"{' and/or '.join(repr(p) for p in by_package)}")
+    for name in wanted:
+        if _available(name):
+            by_package[name].seed(seed, mode, rm_dropout)
 
 
 def _seed_torch(torch: Any, seed: int, mode: bool, rm_dropout: bool) -> None:
