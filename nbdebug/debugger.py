@@ -264,14 +264,12 @@ class Debugger(Reader):
         if self._ls_probe is not None:
             self._ls_probe.close()
 
-        def current() -> int:
-            return self.session.step_index if len(self.session.recorder) else self.session.step_index - 1
-
         def boundary(_record: Any) -> None:
             if self._adapter.auto_step and len(self.session.recorder):
                 self._adapter.end_step()
 
-        self._ls_probe = self.backend.loss_scale_probe(scaler, self.loss_scale, step=current, on_update=boundary)
+        self._ls_probe = self.backend.loss_scale_probe(scaler, self.loss_scale, step=lambda: self.current_step,
+                                                      on_update=boundary)
         return self.loss_scale
 
     def loss_scale_history(self) -> list[Any]:
