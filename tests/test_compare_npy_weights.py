@@ -131,3 +131,33 @@ def test_compare_weights_pth_vs_ckpt(tmp_path):
     assert row.ckpt == "frozen.weight" and "shapes differ" in row.message
     with pytest.raises(ValueError, match="cannot be read"):
         nbdebug.compare_weights(tmp_path / "model.pth", tmp_path / "model.pth")
+
+
+def test_compare_weights_refuses_fifo_and_directory(tmp_path):
+    """A FIFO given as the .pth (or .ckpt) used to hang inside torch.load; now it is refused at once, named."""
+    import os
+    import threading
+
+    import mindspore as ms
+
+    torch.manual_seed(0)
+    sd = TorchNet().state_dict()
+    ms.save_checkpoint(_ms_port(sd), str(tmp_path / "same.ckpt"))
+    torch.save(sd, tmp_path / "model.pth")
+    fifo = tmp_path / "model_fifo.pth"
+    os.mkfifo(fifo)
+    outcome = {}
+
+    def call():
+        try:
+            nbdebug.compare_weights(fifo, tmp_path / "same.ckpt")
+        except ValueError as e:
+            outcome["error"] = str(e)
+
+    worker = threading.Thread(target=call, daemon=True)
+    worker.start()
+    worker.join(10)
+    assert not worker.is_alive(), "compare_weights blocked on a FIFO"
+    assert str(fifo) in outcome["error"] and "FIFO" in outcome["error"]
+    with pytest.raises(ValueError, match="directory"):
+        nbdebug.compare_weights(tmp_path / "model.pth", tmp_path)
