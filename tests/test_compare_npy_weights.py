@@ -147,3 +147,33 @@ def test_order_pairing_reads_the_number_at_the_end_of_mindspore_ts_save_files(tm
     assert [(r.name_a, r.name_b) for r in res.rows] == [
         (f"{n}_float32_{i}.npy", f"{i}_{n}.npy") for i, n in enumerate(names)]
     assert res.all_close and res.first_mismatch is None
+
+
+def test_compare_weights_refuses_fifo_and_directory(tmp_path):
+    """A FIFO given as the .pth (or .ckpt) used to hang inside torch.load; now it is refused at once, named."""
+    import os
+    import threading
+
+    import mindspore as ms
+
+    torch.manual_seed(0)
+    sd = TorchNet().state_dict()
+    ms.save_checkpoint(_ms_port(sd), str(tmp_path / "same.ckpt"))
+    torch.save(sd, tmp_path / "model.pth")
+    fifo = tmp_path / "model_fifo.pth"
+    os.mkfifo(fifo)
+    outcome = {}
+
+    def call():
+        try:
+            nbdebug.compare_weights(fifo, tmp_path / "same.ckpt")
+        except ValueError as e:
+            outcome["error"] = str(e)
+
+    worker = threading.Thread(target=call, daemon=True)
+    worker.start()
+    worker.join(10)
+    assert not worker.is_alive(), "compare_weights blocked on a FIFO"
+    assert str(fifo) in outcome["error"] and "FIFO" in outcome["error"]
+    with pytest.raises(ValueError, match="directory"):
+        nbdebug.compare_weights(tmp_path / "model.pth", tmp_path)

@@ -380,3 +380,37 @@ def _run_collecting(main, errors):
         asyncio.run(main())
     except BaseException as e:  # re-raised in the test's thread
         errors.append(e)
+
+
+def test_details_warn_when_a_name_moved_to_another_call_site():
+    """An op that runs in some steps only shifts the counters: the node whose name now stands for another call
+    site says so in its details (steps named), and a node that never moved has no such warning."""
+
+    class Gate(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+            self.extra = False
+
+        def forward(self, x):
+            if self.extra:
+                x = x * 2.0  # runs in step 1 only: takes the name of the later multiplication
+            return self.fc(x) * 3.0
+
+    torch.manual_seed(0)
+    model = Gate()
+    with nbdebug.Debugger(model, level="L1") as dbg:
+        for extra in (False, True):
+            model.extra = extra
+            model(torch.ones(2, 4)).sum().backward()
+            if not extra:
+                dbg.step()
+        moved = [n for n in dbg.graph if n.moved]
+        assert [n.name for n in moved] == ["Tensor.__mul__.0.forward"] and moved[0].moved == [1]
+        panel = Panel(dbg)
+        panel.details.show("Tensor.__mul__.0.forward")
+        assert "nbdebug-details-moved" in panel.details.title.value
+        assert "before step 1" in panel.details.title.value
+        panel.details.show("Functional.linear.0.forward")
+        assert "nbdebug-details-moved" not in panel.details.title.value
+        panel.close()

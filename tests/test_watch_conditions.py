@@ -166,7 +166,7 @@ def oracle(xs: list[float], param: str, t: float, convention: str):
     v = o_stat(xs, stat, convention)
     has_nan = any(math.isnan(x) for x in xs)
     has_inf = any(math.isinf(x) for x in xs)
-    if not math.isfinite(v) and (has_nan or has_inf):
+    if math.isnan(v) and (has_nan or has_inf):  # an infinite statistic is compared as it is
         return ("error", "inf_present" if (has_inf and not has_nan) else "nan_present")
     if math.isnan(v):
         return ("none", None)

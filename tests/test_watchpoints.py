@@ -218,3 +218,43 @@ def test_watched_values_are_kept_over_the_memory_budget():
     with pytest.raises(nbdebug.NotRetainedError):
         dbg.tensor("Functional.linear.1.forward", "output.0")  # not watched: still refused
     dbg.close()
+
+
+def test_an_infinite_gradient_is_too_large_and_pauses():
+    """GL max_gt on a gradient that became +inf is a hit (actual inf) and pauses training, not a notice; a
+    mean that is NaN because the tensor holds +inf and -inf is a notice saying why."""
+
+    class Blows(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 1)
+            self.calls = 0
+
+        def forward(self, x):
+            self.calls += 1
+            return self.fc(x) * (3e38 if self.calls == 3 else 1.0)
+
+    torch.manual_seed(0)
+    model = Blows()
+    dbg = nbdebug.Debugger(model, level="L0")
+    dbg.watch("GL", max_gt=1e3)  # every gradient
+
+    def train():
+        opt = torch.optim.SGD(model.parameters(), lr=0.0)
+        for _ in range(5):
+            opt.zero_grad()
+            (model(torch.ones(2, 4)).sum() * 10.0).backward()
+            opt.step()
+
+    dbg.run(train)
+    assert dbg.wait(20) is State.PAUSED
+    hit = next(h for h in dbg.hits if h.is_hit)
+    assert hit.step == 2 and hit.hits[0].param == "max_gt" and hit.hits[0].actual == np.inf
+    grad = dbg.tensor(hit.node, hit.slot, 2)
+    assert np.isposinf(grad).any() and not np.isnan(grad).any()
+    mixed = nbdebug.watch.conditions.evaluate_stats(
+        "TL", {"mean_gt": 1.0}, nbdebug.watch.conditions.compute_stats(np.array([np.inf, -np.inf, 1.0]))[None])
+    assert [(f.hits, f.error, f.unchecked) for f in mixed] == [((), "inf_present", ("mean_gt",))]
+    dbg.terminate()
+    assert dbg.wait(10) is State.TERMINATED
+    dbg.close()

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import html
 import math
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from ..dump.load import require_regular
 from .mapping import PT_TO_MS_PARAM
 from .metrics import close_report
 from .table import TupleTable
@@ -150,13 +152,18 @@ def compare_weights(pth_path: Any, ckpt_path: Any, name_map: Mapping[str, str] |
     needs the full unpickler (``torch.save(model)``) is refused with a ``ValueError`` saying so, unless
     ``trust_pickle=True`` (only for files you trust: unpickling runs code from the file).
     """
-    from ..frameworks.mindspore_io_load import load_ckpt
-    from ..frameworks.torch_io_load import load_state
+    from ..frameworks.registry import backend_named
 
-    pt, pt_trainable, pt_buffers = load_state(pth_path, trust_pickle=trust_pickle)
+    for path in (pth_path, ckpt_path):
+        if isinstance(path, (str, os.PathLike)):
+            try:
+                require_regular(path)
+            except ValueError as e:
+                raise ValueError(f"{os.fspath(path)}: {e}") from None
+    pt, pt_trainable, pt_buffers = backend_named("pytorch").load_weights(pth_path, trust_pickle=trust_pickle)
     if pt_trainable is None:
         pt_trainable = {k for k in pt if k not in pt_buffers and not k.endswith(_PT_BUFFER_SUFFIXES)}
-    ms, ms_trainable, skipped = load_ckpt(ckpt_path)
+    ms, ms_trainable, skipped = backend_named("mindspore").load_weights(ckpt_path)
     user = dict(name_map or {})
     rows: list[WeightPair] = []
     used: set[str] = set()

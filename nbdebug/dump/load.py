@@ -262,10 +262,15 @@ FAILED: Any = type("_Failed", (), {"__repr__": lambda self: "FAILED", "__bool__"
 MAX_JSON_BYTES = 4 * 2**30
 
 
-def read_regular(path: str, limit: int) -> bytes:
-    """The bytes of ``path`` if it is a regular file (after symlinks) of at most ``limit`` bytes; else
-    ``ValueError`` saying what it is. FIFOs, devices (``/dev/zero``) and sockets are never opened for
-    reading, so a hostile dump cannot hang or exhaust memory."""
+def require_regular(path: Any) -> os.stat_result:
+    """``os.stat`` of ``path`` if it is a regular file (after symlinks); else ``ValueError`` saying what it
+    is (a FIFO, a device, a socket, a directory). Call it before handing a path to a reader that would block
+    or read forever on such a file (``torch.load``, ``np.load``).
+
+    >>> require_regular("/dev/null")
+    Traceback (most recent call last):
+    ValueError: is a device, not a regular file; not read
+    """
     import stat
 
     try:
@@ -277,6 +282,14 @@ def read_regular(path: str, limit: int) -> bytes:
                 stat.S_ISBLK(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode) else "a directory"
                 if stat.S_ISDIR(st.st_mode) else "not a regular file")
         raise ValueError(f"is {kind}, not a regular file; not read")
+    return st
+
+
+def read_regular(path: str, limit: int) -> bytes:
+    """The bytes of ``path`` if it is a regular file (after symlinks) of at most ``limit`` bytes; else
+    ``ValueError`` saying what it is. FIFOs, devices (``/dev/zero``) and sockets are never opened for
+    reading, so a hostile dump cannot hang or exhaust memory."""
+    st = require_regular(path)
     if st.st_size > limit:
         raise ValueError(f"is {st.st_size} bytes, over the {limit}-byte limit for this file; not read")
     try:

@@ -111,6 +111,12 @@ class MindSporeBackend(Backend):
 
         return msnn.CellList(list(models))
 
+    def load_weights(self, source: Any, *, trust_pickle: bool = False) -> tuple[dict[str, Any], Any, set[str]]:
+        """A ``.ckpt`` file or a Cell (a checkpoint holds no code: ``trust_pickle`` changes nothing)."""
+        from .mindspore_io_load import load_ckpt
+
+        return load_ckpt(source)
+
     def step_callback(self, debugger: Any) -> Any:
         """msProbe's ``MsprobeStep`` for ``Model.train`` (MindSpore only)."""
         from .mindspore_io import step_callback

@@ -137,6 +137,11 @@ class Backend:
         """A tensor file of this framework's format as a numpy array (``ValueError`` naming the file)."""
         raise ValueError(f"{path}: {self.name} has no tensor file format of its own")
 
+    def load_weights(self, source: Any, *, trust_pickle: bool = False) -> tuple[dict[str, Any], Any, set[str]]:
+        """A checkpoint file (or a live model) as ``(name -> numpy array, trainable names or None, names
+        that are not trainable weights)``; nothing is unpickled unless ``trust_pickle``."""
+        raise NotImplementedError
+
     # -- compare ----------------------------------------------------------------------------------
     def torch_param(self, name: str) -> str:
         """A parameter name in PyTorch's spelling (``gamma`` → ``weight``)."""

@@ -53,3 +53,8 @@ class TorchBackend(Backend):
         from .torch_io_load import load_pt
 
         return load_pt(path)
+
+    def load_weights(self, source: Any, *, trust_pickle: bool = False) -> tuple[dict[str, Any], Any, set[str]]:
+        from .torch_io_load import load_state
+
+        return load_state(source, trust_pickle=trust_pickle)

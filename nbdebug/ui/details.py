@@ -87,7 +87,7 @@ class NodeDetails:
         self.title.value = (
             f"<b>{html.escape(node.name)}</b><br><small>{html.escape(node.kind)} · {html.escape(node.op_type)}"
             f" · section {html.escape(node.section)} · scope {html.escape(node.scope or '/')}"
-            f" · order {node.order}</small>")
+            f" · order {node.order}</small>{_moved_note(node)}")
         producers = {}
         for p in g.predecessors(name):
             for src_slot, dst_slot in g.edges.get((p, name), ()):
@@ -153,6 +153,21 @@ class NodeDetails:
         if len(names) > MAX_LINKS:
             out.append(w.HTML(f"&nbsp;+{len(names) - MAX_LINKS} more"))
         return out
+
+
+def _moved_note(node: Any) -> str:
+    """A warning when the node's name has stood for different ops: an op that runs in some steps only shifts
+    the per-step counters, so ``Tensor.__mul__.3`` may be another call site in another step. The scope and
+    stack shown are those of the latest call site; earlier steps' values belong to the op that had the name
+    then."""
+    moved = getattr(node, "moved", None)
+    if not moved:
+        return ""
+    steps = ", ".join(str(s) for s in moved[-5:]) + (" …" if len(moved) > 5 else "")
+    return ("<div class='nbdebug-details-moved' style='color:#b45309;font-size:11px'>⚠ This name stood for "
+            f"another call site before step {html.escape(steps)}: an op that runs in some steps only shifts the "
+            "counters. Scope and stack are the current call site's; other steps' values belong to the op that "
+            "had this name then.</div>")
 
 
 def _order_of(g: Any) -> Callable[[str], tuple[int, str]]:

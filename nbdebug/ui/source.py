@@ -1,7 +1,7 @@
 """What a panel reads and drives: the small *source* protocol, and adapters for it.
 
 A panel works on any object with these members (a live :class:`nbdebug.Debugger` has all of them; an
-offline session loaded from a dump has the first group only)::
+offline session loaded from a dump has the first group)::
 
     # every source
     session       # .framework .framework_version .device .pid .live .step_index .steps
@@ -10,8 +10,6 @@ offline session loaded from a dump has the first group only)::
     hits          # list of HitRecord, in execution order
     recheck()     # re-evaluate the watchpoints on the current step
     stats(node, slot, step="current") -> mapping;  tensor(node, slot, step="current") -> np.ndarray
-
-    # optional (used when present)
     watch(cond, nodes=None, **params); update_watch(wp, **changes); unwatch(wp=None)
     recommend(); watch_recommended()
 
@@ -20,9 +18,10 @@ offline session loaded from a dump has the first group only)::
     cont(steps=None); pause(); terminate(); run_to(node); next_node()
     on(event, callback) -> unsubscribe      # events: state, step, hit, node, error
 
-:class:`SourceView` turns any such object into one uniform interface (falling back to the
-WatchManager where the optional methods are missing), and :class:`SessionSource` makes a bare
-:class:`~nbdebug.session.session.Session` (e.g. one built by an offline loader) a source.
+:class:`~nbdebug.watch.reader.Reader` gives these members to :class:`nbdebug.Debugger`,
+:class:`nbdebug.offline.OfflineSession` and :class:`SessionSource` (which makes a bare
+:class:`~nbdebug.session.session.Session`, e.g. one built by an offline loader, a source);
+:class:`SourceView` turns any source into the one interface the views use.
 
 >>> from nbdebug.session.session import Session
 >>> s = Session(framework="pytorch", framework_version="2", live=False)
@@ -47,7 +46,7 @@ EVENTS = ("state", "step", "hit", "node", "error")
 
 @runtime_checkable
 class Source(Protocol):
-    """The members every panel source has (see the module docstring for the optional ones)."""
+    """The members every panel source has (the module docstring lists them all; live sources add control)."""
 
     session: Any
     graph: Any
@@ -97,9 +96,14 @@ class SessionSource(Reader):
         self.session.goto(int(step))
 
 
+#: what a source has: :class:`~nbdebug.watch.reader.Reader`'s surface, plus ``graph``
+SOURCE_MEMBERS = ("session", "graph", "watchpoints", "hits", "recheck", "stats", "tensor", "watch", "update_watch",
+                  "unwatch", "recommend", "watch_recommended")
+
+
 def as_source(obj: Any) -> Any:
     """``obj`` if it is a source; a :class:`SessionSource` if it is a bare session; else ``TypeError``."""
-    if all(hasattr(obj, a) for a in ("session", "graph", "watchpoints", "hits", "recheck", "stats", "tensor")):
+    if all(hasattr(obj, a) for a in SOURCE_MEMBERS):
         return obj
     if hasattr(obj, "graph") and hasattr(obj, "steps") and hasattr(obj, "stats"):
         return SessionSource(obj)
@@ -258,38 +262,24 @@ class SourceView:
     def tensor(self, node: str, slot: str, step: int | str = "current") -> np.ndarray:
         return self.obj.tensor(node, slot, step)
 
-    # -- watchpoints ------------------------------------------------------------------------------
+    # -- watchpoints (every source is a Reader: watch, update_watch, unwatch, recheck, recommend...) --
     def watch(self, condition: str, nodes: Any = None, **params: Any) -> Watchpoint:
-        fn = getattr(self.obj, "watch", None)
-        if fn is not None:
-            return fn(condition, nodes, **params)
-        return self.obj.watchpoints.watch(condition, nodes, **params)
+        return self.obj.watch(condition, nodes, **params)
 
     def update_watch(self, wp: int | Watchpoint, **changes: Any) -> Watchpoint:
-        fn = getattr(self.obj, "update_watch", None)
-        if fn is not None:
-            return fn(wp, **changes)
-        return self.obj.watchpoints.update(wp, **changes)
+        return self.obj.update_watch(wp, **changes)
 
     def unwatch(self, wp: int | Watchpoint | None = None) -> None:
-        fn = getattr(self.obj, "unwatch", None)
-        if fn is not None:
-            fn(wp)
-        elif wp is None:
-            self.obj.watchpoints.clear()
-        else:
-            self.obj.watchpoints.delete(wp)
+        self.obj.unwatch(wp)
 
     def recheck(self) -> list[HitRecord]:
         return self.obj.recheck()
 
     def recommend(self) -> list[tuple[str, dict[str, Any], Any]]:
-        fn = getattr(self.obj, "recommend", None)
-        return fn() if fn is not None else self.obj.watchpoints.recommend()
+        return self.obj.recommend()
 
     def watch_recommended(self) -> list[Watchpoint]:
-        fn = getattr(self.obj, "watch_recommended", None)
-        return fn() if fn is not None else self.obj.watchpoints.watch_recommended()
+        return self.obj.watch_recommended()
 
     # -- control (live only) ----------------------------------------------------------------------
     def command(self, name: str, *args: Any, **kwargs: Any) -> None:

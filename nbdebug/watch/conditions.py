@@ -517,12 +517,13 @@ def evaluate_stats(
     threshold checks (TL/TS/WL/WS/GL/GV), WI on the rows of the initial step, and the ``max_min_*`` part
     of TR/AR. Each parameter is tested on its own; empty tensors (count 0) never fire.
 
-    When a statistic a check needs is NaN or infinite because the tensor holds NaN/Inf (its NaN/Inf
-    counts are non-zero), the comparison is not made; the row fires with error ``nan_present`` (the
-    tensor has NaN) or ``inf_present`` (it has Inf but no NaN) and the parameter is listed in
-    ``unchecked``. An infinite statistic of an all-finite tensor (float64 overflow of a sum) is compared
-    as is; a NaN statistic with zero NaN/Inf counts (the NaN rows adapters write for unsupported dtypes)
-    never fires.
+    An infinite statistic is compared as it is: a gradient whose max is ``+inf`` is "too large" for any
+    ``max_gt`` (a hit whose actual value is ``inf``), as is one whose ``abs_mean`` overflowed. When a
+    statistic a check needs is NaN because the tensor holds NaN/Inf (its NaN/Inf counts are non-zero:
+    NaN values, or ``+inf`` and ``-inf`` in one mean), the comparison cannot be made; the row fires with
+    error ``nan_present`` (the tensor has NaN) or ``inf_present`` (it has Inf but no NaN) and the
+    parameter is listed in ``unchecked``. A NaN statistic with zero NaN/Inf counts (the NaN rows adapters
+    write for unsupported dtypes) never fires.
 
     Parameters that need tensor values (see :func:`split_params`) are left to :func:`evaluate_values`;
     pass ``missing=<error code>`` (e.g. ``VALUE_NOT_RETAINED``) to instead have every non-empty row
@@ -594,7 +595,7 @@ def evaluate_stats(
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         for spec in checks:
             x = _column(sub, spec.stat)
-            bad = nonempty & naninf & ~np.isfinite(x)
+            bad = nonempty & naninf & np.isnan(x)
             hit = nonempty & ~bad & _OPS[spec.op](x, p[spec.name])
             fired = fired | hit | bad
             hit_masks.append(hit)
