@@ -6,7 +6,8 @@ T5's ``log(0) = -inf`` in its relative-position buckets, cast to an integer righ
 *benign*: following the data-flow edges of the step from the node, every path of non-finite outputs ends
 at a consumer whose outputs are all finite (the softmax, the cast). A non-finite value matters when some
 path reaches a node with no consumer in the step (the loss, a model output, a gradient the optimizer
-reads). Sessions without edges (most loaded dumps) treat every origin as mattering. ``ignore`` names
+reads), or a consumer with no recorded output. Sessions without edges (most loaded dumps) treat every
+origin as mattering. ``ignore`` names
 nodes (glob patterns) whose non-finite outputs are intended; they are skipped as origins.
 
 >>> from nbdebug.session.session import Session
@@ -94,6 +95,8 @@ def _propagates(graph: Any, origin: str, table: Any, by_node: dict[str, list[int
         if not consumers:
             return True
         for c in consumers:
+            if not any(not table.keys[i][1].startswith(_IN_PREFIXES) for i in by_node[c]):
+                return True  # a consumer without recorded outputs cannot show that it absorbed the value
             if c not in seen and _bad_outputs(table, by_node[c], bad):
                 seen.add(c)
                 frontier.append(c)
