@@ -80,6 +80,9 @@ class Debugger(Reader):
         msProbe config.json path or dict with its filters).
     stats_window: how many finished steps keep their full statistics tables (default 8); older steps
         keep a compact per-tensor history (max, min, mean, norm, NaN/Inf count: :meth:`timeline`).
+    benign_nonfinite: node names or globs whose NaN/±Inf is intended (e.g. a decoding mask returned beside
+        the loss): :meth:`first_nonfinite` skips them. ±Inf that the model absorbs (an attention mask before
+        its softmax) needs no entry: it does not propagate, so it is not reported.
     """
 
     def __init__(self, model: Any, level: str = "L0", *, capture: bool = True,
