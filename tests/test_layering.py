@@ -147,3 +147,27 @@ def test_features_name_existing_objects():
     for name, (module, _attr) in FEATURES.items():
         assert _part(module) in UPPER, f"{name}: a feature is something above the core"
         assert callable(feature(name))
+
+
+def test_finding_a_backend_imports_no_framework_it_does_not_need():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, nbdebug\n"
+        "from nbdebug.frameworks.registry import backend_for_model, backend_for_value, backend_named\n"
+        "assert 'torch' not in sys.modules and 'mindspore' not in sys.modules\n"
+        "try:\n    backend_for_model(object())\n    raise SystemExit('no TypeError for a plain object')\n"
+        "except TypeError as e:\n    assert 'torch.nn.Module' in str(e)\n"
+        "assert backend_for_value({'a': [1]}) is None and backend_named('ms').name == 'mindspore'\n"
+        "assert 'torch' not in sys.modules and 'mindspore' not in sys.modules\n"
+        "import torch\n"
+        "dbg = nbdebug.Debugger(torch.nn.Linear(2, 1), level='L1')\n"
+        "assert dbg.backend.name == 'pytorch' and dbg.backend.levels == ('L0', 'L1', 'mix')\n"
+        "dbg.close()\n"
+        "assert 'mindspore' not in sys.modules, 'a torch Debugger imported mindspore'\n"
+        "print('ok')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": os.path.dirname(ROOT)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "ok"
