@@ -105,6 +105,11 @@ class DumpSession(Session):
         self.problems: list[DumpProblem] = []
         #: reads a tensor file that is not ``.npy`` (e.g. ``.pt``): path -> array
         self.read_file = read_file
+        #: a kernel dump's reader, and per step the ``(graph id, iteration)`` of its main graph and every
+        #: ``(graph id, iteration)`` run it holds (MindSpore kernel dumps; None / empty otherwise)
+        self.kernel_dump: Any = None
+        self.step_iterations: dict[int, tuple[int, int]] = {}
+        self.step_runs: dict[int, list[tuple[int, int]]] = {}
         self._cache: OrderedDict[tuple[int, str, str], np.ndarray] = OrderedDict()
         self._cache_items = cache_items
 

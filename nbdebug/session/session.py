@@ -170,6 +170,8 @@ class Session:
         self.raw_source: Callable[[], np.ndarray] | None = None
         #: run before a retained value is read (an adapter that offers values in batches flushes them)
         self.before_read: Callable[[], None] | None = None
+        #: graph file -> graph id of the kernel graphs captured (MindSpore GRAPH mode; empty otherwise)
+        self.kernel_graphs: dict[str, int] = {}
         self._partial: tuple[int, StatsTable] | None = None
         self._listeners: dict[str, list[Callable[..., Any]]] = {}
 
