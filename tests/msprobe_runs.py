@@ -57,7 +57,7 @@ def torch_dump(task: str = "statistics", level: str = "mix", variant: str = "bas
     """Dump root of ``TorchNet`` trained ``steps`` SGD steps under msProbe (PyTorch).
 
     ``variant``: ``base``; ``perturbed`` (fc2's weight + 1e-3·noise); ``inf`` (an overflow in the block at
-    step 1); ``port`` / ``port_changed`` (``PortNet``, see :func:`mindspore_dump`).
+    step 1); ``port`` / ``port_changed`` (``PortNet``, see :func:`mindspore_dump`); ``lenet`` (``LeNetPort``).
     """
     return _run(["torch", task, level, variant, str(steps)], f"torch_{task}_{level}_{variant}_{steps}")
 
@@ -67,6 +67,9 @@ def mindspore_dump(task: str = "tensor", level: str = "L0", variant: str = "port
     """Dump root of the MindSpore port of ``PortNet`` (same weights and inputs as the torch ``port`` run).
 
     ``variant="port_changed"`` uses LeakyReLU(0.2) for ``act`` instead of ReLU: one changed layer.
+    ``lenet`` / ``lenet_changed``: the port of ``LeNetPort`` (a biased conv — ``Conv2D`` + ``BiasAdd`` in
+    MindSpore — pooled, then two dense layers with a functional relu between them); ``lenet_changed`` pools
+    by average instead of max.
     """
     return _run(["mindspore", task, level, variant, str(steps)], f"ms_{task}_{level}_{variant}_{steps}")
 
@@ -89,6 +92,46 @@ def _port_arrays():
     xs = [rng.standard_normal((4, 8)).astype(np.float32) for _ in range(3)]
     ys = [rng.standard_normal((4, 4)).astype(np.float32) for _ in range(3)]
     return w, xs, ys
+
+
+def _lenet_arrays():
+    import numpy as np
+
+    rng = np.random.default_rng(11)
+    w = {
+        "conv.weight": rng.standard_normal((4, 1, 3, 3)).astype(np.float32) * 0.3,
+        "conv.bias": rng.standard_normal(4).astype(np.float32) * 0.1,
+        "fc1.weight": rng.standard_normal((16, 36)).astype(np.float32) * 0.2,
+        "fc1.bias": rng.standard_normal(16).astype(np.float32) * 0.1,
+        "fc2.weight": rng.standard_normal((4, 16)).astype(np.float32) * 0.2,
+        "fc2.bias": rng.standard_normal(4).astype(np.float32) * 0.1,
+    }
+    xs = [rng.standard_normal((2, 1, 8, 8)).astype(np.float32) for _ in range(3)]
+    ys = [rng.standard_normal((2, 4)).astype(np.float32) for _ in range(3)]
+    return w, xs, ys
+
+
+@functools.cache
+def lenet_model():
+    """``LeNetPort`` (torch imported on first use): conv → ReLU module → max pool → fc1 → F.relu → fc2."""
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    class LeNetPort(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(1, 4, 3)
+            self.act = nn.ReLU()
+            self.pool = nn.MaxPool2d(2)
+            self.fc1 = nn.Linear(36, 16)
+            self.fc2 = nn.Linear(16, 4)
+
+        def forward(self, x):
+            x = torch.flatten(self.pool(self.act(self.conv(x))), 1)
+            return self.fc2(F.relu(self.fc1(x)))
+
+    return LeNetPort
 
 
 @functools.cache
@@ -140,9 +183,9 @@ def torch_setup(variant: str):
 
     TorchNet, PortNet = torch_models()
     torch.manual_seed(0)
-    if variant.startswith("port"):
-        model = PortNet(variant == "port_changed")
-        w, xs, ys = _port_arrays()
+    if variant.startswith(("port", "lenet")):
+        model = PortNet(variant == "port_changed") if variant.startswith("port") else lenet_model()()
+        w, xs, ys = _port_arrays() if variant.startswith("port") else _lenet_arrays()
         with torch.no_grad():
             for name, p in model.named_parameters():
                 p.copy_(torch.from_numpy(w[name]))
@@ -221,11 +264,28 @@ def _mindspore_main(task: str, level: str, variant: str, steps: int, out: str) -
         def construct(self, x):
             return self.fc2(self.act(self.fc1(x)))
 
+    class LeNetPort(nn.Cell):
+        def __init__(self, changed: bool):
+            super().__init__()
+            self.conv = nn.Conv2d(1, 4, 3, pad_mode="valid", has_bias=True)
+            self.act = nn.ReLU()
+            self.pool = nn.AvgPool2d(2, 2) if changed else nn.MaxPool2d(2, 2)
+            self.fc1 = nn.Dense(36, 16)
+            self.fc2 = nn.Dense(16, 4)
+
+        def construct(self, x):
+            x = self.pool(self.act(self.conv(x)))
+            return self.fc2(ops.relu(self.fc1(x.reshape(x.shape[0], -1))))
+
     os.makedirs(out, exist_ok=True)
     cfg = os.path.join(out, "config.json")
     _config(cfg, task, level, os.path.join(out, "dump"))
-    net = PortNet(variant == "port_changed")
-    w, xs, ys = _port_arrays()
+    if variant.startswith("lenet"):
+        net = LeNetPort(variant == "lenet_changed")
+        w, xs, ys = _lenet_arrays()
+    else:
+        net = PortNet(variant == "port_changed")
+        w, xs, ys = _port_arrays()
     for name, p in net.parameters_and_names():
         p.set_data(ms.Tensor(w[name]))
     opt = nn.SGD(net.trainable_params(), learning_rate=0.01)

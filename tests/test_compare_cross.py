@@ -51,3 +51,29 @@ def test_the_other_direction_pytorch_target_mindspore_golden():
                           _dump(mindspore_dump("tensor", "L0", "port")))
     assert res.first_divergence.node == "Module.act.LeakyReLU.forward.0"
     assert res.first_divergence.golden == "Cell.act.ReLU.forward.0"
+
+
+def test_a_faithful_conv_port_has_no_divergence_at_mix():
+    """msProbe's own mix dumps of a biased conv (MindSpore: Conv2D then BiasAdd) and a relu whose counters
+    differ (an nn.ReLU cell, then ops.relu; PyTorch: nn.ReLU, then F.relu)."""
+    res = nbdebug.compare(_dump(mindspore_dump("tensor", "mix", "lenet")),
+                          _dump(torch_dump("tensor", "mix", "lenet", 1)))
+    assert res.errors == [] and res.warnings == [] and res.first_divergence is None
+    pairs = {t: g for t, g, _how in res.pairs}
+    assert pairs["Primitive.conv2d.Conv2D.0.forward"] == "Functional.conv2d.0.forward"
+    conv = res.row("Primitive.conv2d.Conv2D.0.forward", "output.0")
+    assert conv.status == "pass" and conv.cosine > 0.999999  # taken after MindSpore's BiasAdd
+    assert res.row("Primitive.conv2d.Conv2D.0.forward", "input.2").status == "pass"  # the bias
+    # each relu with its own block's: the conv block's cell relu, the fc block's functional relu
+    assert pairs["Primitive.relu.ReLU.0.forward"] == "Functional.relu.0.forward"
+    assert pairs["Functional.relu.0.forward"] == "Functional.relu.1.forward"
+    assert pairs["Primitive.matmul.MatMul.0.forward"] == "Functional.linear.0.forward"
+
+
+def test_a_changed_layer_of_the_conv_port_is_the_first_divergence_at_mix():
+    res = nbdebug.compare(_dump(mindspore_dump("tensor", "mix", "lenet_changed")),
+                          _dump(torch_dump("tensor", "mix", "lenet", 1)))
+    fd = res.first_divergence
+    assert fd.node == "Cell.pool.AvgPool2d.forward.0" and fd.golden == "Module.pool.MaxPool2d.forward.0"
+    assert fd.layer == "pool"
+    assert res.row("Primitive.conv2d.Conv2D.0.forward", "output.0").status == "pass"
