@@ -547,11 +547,9 @@ class PyNativeAdapter(Capture):
                 seen.producer = (name, slot)
             if grad:
                 out = self._hooked_outputs(bwd, scope, name, "op", out)
-            if self.tap is not None:
-                self._calls[name] = (args, kwargs, out)
         finally:
             self.busy = False
-        self.emit_node(node)
+        self.emit_node(node, (args, kwargs, out))
         return out
 
     # -- L0 ---------------------------------------------------------------------------------------
@@ -598,11 +596,9 @@ class PyNativeAdapter(Capture):
                 new = output
                 if _grad_recording():
                     new = self._hooked_outputs(node.pair, node.scope, node.name, "module", output)
-                if self.tap is not None:
-                    self._calls[node.name] = (args, kwargs, output)
             finally:
                 self.busy = False
-            self.emit_node(node)
+            self.emit_node(node, (args, kwargs, output))
             return None if new is output else new
 
         return post
@@ -664,15 +660,6 @@ class PyNativeAdapter(Capture):
                 h.snapshot()
 
     def optimizer_post(self, opt: Any) -> None:
-        if self.capturing:
-            params = [(info[1], p) for p in opt.parameters
-                      if (info := self._param_info.get(id(p))) is not None and info[0]() is p]
-            self.busy = True
-            try:
-                node = self.optimizer_step(type(opt).__name__, params)
-            finally:
-                self.busy = False
-            self.emit_node(node)
-        self.section = "forward"
-        if self.auto_step and self.capturing:
-            self.end_step()
+        params = [(info[1], p) for p in opt.parameters
+                  if (info := self._param_info.get(id(p))) is not None and info[0]() is p]
+        self.optimizer_done(type(opt).__name__, params)

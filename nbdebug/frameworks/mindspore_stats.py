@@ -26,24 +26,9 @@ import numpy as np
 from mindspore import ops
 
 from ..session.session import RAW_WIDTH, RawRows
+from .core.native import codes_for
+from .core.native import fastats as _fastats
 
-try:  # the optional native kernel; MindSpore ops are the fallback
-    from nbdebug import _fastats
-except ImportError:  # pragma: no cover - exercised on machines without a compiler
-    _fastats = None
-
-_FAST_CODES = {
-    ms.float32: 0,
-    ms.float64: 1,
-    ms.float16: 2,
-    ms.bfloat16: 3,
-    ms.int8: 4,
-    ms.uint8: 5,
-    ms.int16: 6,
-    ms.int32: 7,
-    ms.int64: 8,
-    ms.bool_: 9,
-}
 _NAN_ROW = [float("nan")] * 5 + [0.0] * 4
 _COMPLEX = (ms.complex64, ms.complex128)
 
@@ -51,6 +36,10 @@ _COMPLEX = (ms.complex64, ms.complex128)
 def dtype_name(dtype) -> str:
     """``Float32`` -> ``float32`` (the names the PyTorch side uses, so runs compare)."""
     return str(dtype).lower()
+
+
+_FAST_CODES = codes_for((ms.float32, ms.float64, ms.float16, ms.bfloat16, ms.int8, ms.uint8, ms.int16, ms.int32,
+                         ms.int64, ms.bool_), dtype_name)
 
 
 def _device_row(t, device: str = "cpu"):

@@ -459,11 +459,9 @@ class TorchAdapter(Capture):
                 for gf in grad_fns:
                     self._step_handles.append(gf.register_hook(self._op_bwd_hook(f"{prefix}.{api}.{count}.backward",
                                                                                  node)))
-                if self.tap is not None:
-                    self._calls[name] = (args, kwargs, out)
         finally:
             self.busy = False
-        self.emit_node(node)
+        self.emit_node(node, (args, kwargs, out))
         return out
 
     def _op_bwd_hook(self, name: str, fwd) -> Callable:
@@ -556,11 +554,9 @@ class TorchAdapter(Capture):
                 with torch._C.DisableTorchFunction():
                     self.module_return(node, leaf, args, kwargs, output)
                     self._module_bwd_hooks(path, cls, n, node, output, inplace)
-                    if self.tap is not None:
-                        self._calls[node.name] = (args, kwargs, output)
             finally:
                 self.busy = False
-            self.emit_node(node)
+            self.emit_node(node, (args, kwargs, output))
             return None
 
         return post
@@ -629,19 +625,8 @@ class TorchAdapter(Capture):
 
     def _opt_post(self, opt, args, kwargs) -> None:
         params = self._ours(opt)
-        if not params:
-            return
-        if self.capturing:
-            self.busy = True
-            try:
-                with torch._C.DisableTorchFunction():
-                    node = self.optimizer_step(type(opt).__name__, params)
-            finally:
-                self.busy = False
-            self.emit_node(node)
-        self.section = "forward"
-        if self.auto_step and self.capturing:
-            self.end_step()
+        if params:
+            self.optimizer_done(type(opt).__name__, params)
 
 
 _INPLACE_OPERATORS = frozenset({

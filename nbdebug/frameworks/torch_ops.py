@@ -87,5 +87,10 @@ class TorchOps:
         return TorchRef(t, copy)
 
     @staticmethod
+    def quiet() -> Any:
+        """A context in which the capture's own tensor calls are not seen by the op mode."""
+        return torch._C.DisableTorchFunction()
+
+    @staticmethod
     def new_buffer() -> StatsBuffer:
         return StatsBuffer()

@@ -149,6 +149,20 @@ class Calls:
         return node
 
     # -- optimizer --------------------------------------------------------------------------------
+    def optimizer_done(self, cls: str, params: list[tuple[str, Any]]) -> None:
+        """The model's optimizer ran: its node, then the step end unless the user marks steps."""
+        if self.capturing:
+            self.busy = True
+            try:
+                with self.ops.quiet():
+                    node = self.optimizer_step(cls, params)
+            finally:
+                self.busy = False
+            self.emit_node(node)
+        self.section = "forward"
+        if self.auto_step and self.capturing:
+            self.end_step()
+
     def optimizer_step(self, cls: str, params: list[tuple[str, Any]]) -> Any:
         """Record an optimizer's step over ``(qual, parameter)`` pairs, after it ran; returns the node."""
         name = f"Optimizer.{cls}.step.{self._opt_calls}"

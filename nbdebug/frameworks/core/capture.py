@@ -75,7 +75,6 @@ class Capture(Recording, Calls):
         self._bwd_started: set[str] = set()
         self._done: set[str] = set()
         self._tapped: dict[str, list[tuple[str, Any]]] = {}
-        self._calls: dict[str, tuple] = {}
         self._inputs = 0
         self._param_seen: set[int] = set()
         self._opt_calls = 0

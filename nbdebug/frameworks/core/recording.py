@@ -158,11 +158,12 @@ class Recording:
             seen.producer = (name, "output.0")
         return name
 
-    def emit_node(self, node: Any) -> None:
-        """``node`` finished executing: its execution order is its completion order."""
+    def emit_node(self, node: Any, call: tuple | None = None) -> None:
+        """``node`` finished executing: its execution order is its completion order. ``call``:
+        ``(args, kwargs, output)`` of a forward call, for the tap (dump writers)."""
         s = self.session
         if self.tap is not None:
-            self.tap(node, self._tapped.pop(node.name, []), self._calls.pop(node.name, None))
+            self.tap(node, self._tapped.pop(node.name, []), call)
         if node.name in self._done:  # a node with several gradient slots completes once
             return
         self._done.add(node.name)

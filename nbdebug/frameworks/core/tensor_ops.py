@@ -13,7 +13,8 @@ The core never touches a framework tensor itself; it asks the framework's :class
 * ``reference(t, seen, copy)`` — a retention handle (``nbytes``, ``numpy()``, ``snapshot()``, ``copied``): a
   reference when the framework can tell an in-place change afterwards (``numpy()`` then refuses with
   :class:`~nbdebug.session.store.NotRetainedError`), otherwise a copy;
-* ``new_buffer()`` — the step's statistics buffer (``raw()`` returns the rows).
+* ``new_buffer()`` — the step's statistics buffer (``raw()`` returns the rows);
+* ``quiet()`` — a context in which the capture's own framework calls are not recorded.
 
 >>> class Plain:  # the smallest TensorOps: numpy arrays, never changed in place
 ...     tensor_type = list
@@ -36,3 +37,5 @@ class TensorOps(Protocol):
     def reference(self, t: Any, seen: Seen, copy: bool) -> Any: ...
 
     def new_buffer(self) -> Any: ...
+
+    def quiet(self) -> Any: ...
