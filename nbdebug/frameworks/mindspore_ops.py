@@ -62,6 +62,7 @@ class MindSporeOps:
     """The :class:`~nbdebug.frameworks.core.tensor_ops.TensorOps` of MindSpore PyNative."""
 
     tensor_type = TensorBase
+    has_versions = False
 
     @staticmethod
     def version(t: Any) -> int:

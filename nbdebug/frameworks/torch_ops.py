@@ -74,6 +74,7 @@ class TorchOps:
     disabled)."""
 
     tensor_type = torch.Tensor
+    has_versions = True
     version = staticmethod(version_of)
 
     @staticmethod

@@ -171,7 +171,8 @@ class Calls:
         graph = self.session.graph
         for qual, p in params:
             slot = f"parameters.{qual}"
-            self._seen.pop(id(p), None)  # updated in place: measured again (no version counter may say so)
+            if not self.ops.has_versions:  # updated in place, and no version counter says so: measure again
+                self._seen.pop(id(p), None)
             self.slot(node, slot, p, as_input=False, keep=False)
             self.session.store.refuse((name, slot), f"not retained: {name} {slot} is kept as statistics only; "
                                       f"the updated value is Parameter.{qual} output.0 of the next step")

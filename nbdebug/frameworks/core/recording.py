@@ -57,28 +57,28 @@ class Recording:
             self._tapped.setdefault(node.name, []).append((slot, t))
         if keep and seen.why is None:
             pinned = node.name in self.session.pinned
-            if self.retain or pinned:
-                self._keep(key, seen, t, copy, pinned)
+            if self.retain or pinned:  # retention (inline: the hot path)
+                store = self.session.store
+                handle = seen.handle
+                if handle is None:
+                    nbytes = seen.nbytes
+                    if nbytes is not None and not pinned and not store.fits(nbytes):
+                        store.offer(key, Size(nbytes))
+                        handle = None
+                    else:
+                        handle = seen.handle = self.ops.reference(t, seen, copy or self.retain_copy)
+                if handle is None:
+                    pass
+                elif seen.dtype is None:  # the size is known at the flush: offered then
+                    self._offers.append((key, handle, seen.row))
+                else:
+                    store.offer(key, handle, force=pinned)
         if as_input:
             if seen.producer is None and origin:
                 seen.producer = self.origin(t)
             if seen.producer is not None:
                 self.session.graph.add_edge(seen.producer[0], node.name, seen.producer[1], slot)
         return seen
-
-    def _keep(self, key: tuple[str, str], seen: Seen, t: Any, copy: bool, pinned: bool) -> None:
-        store = self.session.store
-        handle = seen.handle
-        if handle is None:
-            nbytes = seen.nbytes
-            if nbytes is not None and not pinned and not store.fits(nbytes):
-                store.offer(key, Size(nbytes))
-                return
-            handle = seen.handle = self.ops.reference(t, seen, copy or self.retain_copy)
-        if seen.dtype is None:  # the size is known at the flush: offered then
-            self._offers.append((key, handle, seen.row))
-        else:
-            store.offer(key, handle, force=pinned)
 
     def resolve(self, meta: dict[int, tuple]) -> None:
         """Fill in deferred metadata (``meta[row] = (dtype, shape, count, why, nbytes)``) and offer the

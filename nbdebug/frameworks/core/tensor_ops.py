@@ -3,6 +3,7 @@
 The core never touches a framework tensor itself; it asks the framework's :class:`TensorOps`:
 
 * ``tensor_type`` — what counts as a tensor when a call's arguments are flattened;
+* ``has_versions`` — whether tensors carry an in-place version counter;
 * ``version(t)`` — the in-place version counter of ``t``. A framework without one (MindSpore) returns a
   constant for tensors nothing updates in place unseen, and a fresh number (never equal to another) for
   those something may (MindSpore's non-trainable Parameters: BatchNorm's moving statistics): a fresh
@@ -29,6 +30,7 @@ from .records import Seen
 
 class TensorOps(Protocol):
     tensor_type: Any
+    has_versions: bool
 
     def version(self, t: Any) -> int: ...
 
