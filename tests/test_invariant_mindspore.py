@@ -16,22 +16,14 @@ import mindspore as ms
 import numpy as np
 import pytest
 from mindspore import nn, ops
+from ms_fixtures import pynative_mode  # noqa: F401 - the fixture
+from test_invariant_models import check_step  # every (node, slot): stats == stats(tensor) or refused
 
 import nbdebug
-from nbdebug import NotRetainedError
-from nbdebug.session.session import numpy_raw, raw_to_fields, same_stats
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.usefixtures("pynative_mode")]
 LEVELS = ("L0", "L1", "mix")
 STEPS = 3
-
-
-@pytest.fixture(autouse=True)
-def pynative():
-    mode = ms.get_context("mode")
-    ms.set_context(mode=ms.PYNATIVE_MODE)
-    yield
-    ms.set_context(mode=mode)
 
 
 def _param(rng, *shape, name):
@@ -113,7 +105,8 @@ def build(kind: str):
     else:
         raise ValueError(kind)
     ys = [rng.standard_normal((len(x), 3)) for x in xs]
-    return net, [(ms.Tensor(x.astype(np.float32)), ms.Tensor(y.astype(np.float32))) for x, y in zip(xs, ys)]
+    pairs = zip(xs, ys, strict=True)
+    return net, [(ms.Tensor(x.astype(np.float32)), ms.Tensor(y.astype(np.float32))) for x, y in pairs]
 
 
 MODELS = ("dense_bn", "block", "block_train_one_step", "views")
@@ -139,28 +132,6 @@ def train(kind: str, net, batches, after_step=None) -> list[np.ndarray]:
         if after_step is not None:
             after_step(i)
     return losses
-
-
-def check_step(dbg, step: int) -> tuple[int, int]:
-    """Every (node, slot) of ``step``: stats == stats(tensor) or NotRetainedError with a reason."""
-    table = dbg.session.table(step)
-    retained = refused = 0
-    bad = []
-    for i, (node, slot) in enumerate(table.keys):
-        try:
-            arr = dbg.tensor(node, slot, step=step)
-        except NotRetainedError as e:
-            assert str(e).strip(), (node, slot)
-            refused += 1
-            continue
-        retained += 1
-        assert tuple(arr.shape) == tuple(table.shapes[i]), (node, slot)
-        got = raw_to_fields(numpy_raw(arr)[None, :], np.asarray([float(arr.size)]))[0]
-        if not same_stats(got, table.values[i]):
-            bad.append(f"{node} {slot}: stats {table.values[i][:5]} tensor {got[:5]}")
-    assert not bad, f"step {step}: {len(bad)} slots whose tensor() is not the value of stats():\n" + \
-        "\n".join(bad[:10])
-    return retained, refused
 
 
 @pytest.mark.parametrize("level", LEVELS)

@@ -303,10 +303,6 @@ class PyNativeAdapter(Capture):
         session.tensor = tensor  # type: ignore[method-assign]
 
     # -- step state -------------------------------------------------------------------------------
-    def new_step_state(self) -> None:
-        super().new_step_state()
-        self.session.raw_source = self.raw_rows
-
     def raw_rows(self):
         self.sync()
         quiet = threading.get_ident() in self._threads
@@ -427,14 +423,24 @@ class PyNativeAdapter(Capture):
                 and threading.get_ident() in self._threads)
 
     def _hook_backward(self, name: str, scope: str, pair: str, kind: str, slot: str, is_input: bool = False) -> Any:
-        """A cached ``HookBackward`` identity whose gradient is ``slot`` of backward node ``name``."""
+        """A cached ``HookBackward`` identity whose gradient is ``slot`` of backward node ``name``
+        (``output.{position}``: the gradient of that input; for a Primitive, the slot it gets is the next
+        ``output.{k}`` in arrival order, as msProbe numbers a Primitive's input gradients)."""
         key = (name, slot)
         hb = self._hb_cache.get(key)
         if hb is None:
+            arrival = not is_input and name.startswith("Primitive.")
+
             def fn(grad, self=self, name=name, scope=scope, pair=pair, kind=kind, slot=slot, is_input=is_input):
                 g = grad[0] if isinstance(grad, tuple) else grad
                 if self.capturing and not self.closed and _is_tensor(g):
-                    self._grad_slot(name, scope, pair, kind, slot, g, is_input=is_input)
+                    if arrival:
+                        k = self._arrived.get(name, 0)
+                        self._arrived[name] = k + 1
+                        self._grad_slots[(name, slot)] = f"output.{k}"
+                        self._grad_slot(name, scope, pair, kind, f"output.{k}", g, is_input=False)
+                    else:
+                        self._grad_slot(name, scope, pair, kind, slot, g, is_input=is_input)
                 return None
 
             hb = self._hb_cache[key] = ops.HookBackward(fn)
@@ -458,11 +464,16 @@ class PyNativeAdapter(Capture):
 
     def _hooked_inputs(self, args: tuple, kwargs: dict, name: str, scope: str, pair: str,
                        kind: str) -> tuple[tuple, dict, bool]:
-        """Put a gradient probe in front of every floating-point input (top-level tensors)."""
+        """Put a gradient probe in front of every floating-point input (top-level tensors).
+
+        A Parameter is passed on as it is (an op may update it in place, as BatchNorm does its moving
+        statistics), except a trainable one given to a Primitive: msProbe's Primitive backward holds its
+        gradient (``Primitive.matmul.MatMul.0.backward output.0`` is the weight's)."""
         changed = False
         new_args = list(args)
+        weights = name.startswith("Primitive.")
         for i, a in enumerate(args):
-            if _is_tensor(a) and not isinstance(a, Parameter):  # a Parameter may be updated in place
+            if _is_tensor(a) and (not isinstance(a, Parameter) or weights and a.requires_grad):
                 new_args[i] = self._probed(name, scope, pair, kind, f"output.{i}", a, False)
                 changed = True
         new_kwargs = kwargs
@@ -484,9 +495,16 @@ class PyNativeAdapter(Capture):
                 self.busy = False
         self.emit_node(node)
 
+    def new_step_state(self) -> None:
+        super().new_step_state()
+        self.session.raw_source = self.raw_rows
+        self._arrived: dict[str, int] = {}  # Primitive backward -> input gradients arrived so far
+        self._grad_slots: dict[tuple[str, str], str] = {}  # (backward, output.{position}) -> its slot
+
     def _backward_edges(self) -> None:
         """Backward data flow mirrors the forward edges of the nodes whose backward ran this step."""
         g = self.session.graph
+        renamed = self._grad_slots
         ran = self._bwd_started
         if not ran:
             return
@@ -500,6 +518,7 @@ class PyNativeAdapter(Capture):
                 if dst_slot.startswith("parameters"):
                     continue
                 out_slot = "output" + dst_slot[len("input"):] if dst_slot.startswith("input") else dst_slot
+                out_slot = renamed.get((d.pair, out_slot), out_slot)
                 if src in pgrad:
                     g.add_edge(d.pair, pgrad[src][0], out_slot, pgrad[src][1])
                 elif s.pair in ran and src_slot.startswith("output"):
