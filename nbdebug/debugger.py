@@ -141,7 +141,7 @@ class Debugger:
         if framework == "pytorch":
             import torch
 
-            from .frameworks.torch_adapter import LEVELS, TorchAdapter
+            from .frameworks.torch.adapter import LEVELS, TorchAdapter
 
             if level not in LEVELS:
                 raise ValueError(f"unknown level {level!r}; choose one of {', '.join(LEVELS)}")
@@ -153,8 +153,8 @@ class Debugger:
                                    memory_budget=memory_budget, stats_window=stats_window)
             self._adapter = TorchAdapter(model, level, self.session, retain=retain, retain_copy=retain_copy)
         else:
-            from .frameworks.mindspore_adapter import LEVELS as MS_LEVELS
-            from .frameworks.mindspore_adapter import MindSporeAdapter, mindspore_info
+            from .frameworks.mindspore.adapter import LEVELS as MS_LEVELS
+            from .frameworks.mindspore.adapter import MindSporeAdapter, mindspore_info
 
             if level not in MS_LEVELS:
                 raise ValueError(f"unknown level {level!r}; choose one of {', '.join(MS_LEVELS)}")
@@ -363,7 +363,7 @@ class Debugger:
 
         One host read per step (at ``scaler.update()``); an overflowing step skips ``optimizer.step()``,
         so the step boundary is taken at the scaler's update instead."""
-        from .frameworks.torch_loss_scale import GradScalerProbe
+        from .frameworks.torch.loss_scale import GradScalerProbe
 
         if self._ls_probe is not None:
             self._ls_probe.close()

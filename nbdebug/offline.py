@@ -95,7 +95,7 @@ def read_tensor_file(tf: TensorFile) -> np.ndarray:
         raise ValueError(f"{tf.path}: {st.st_size} bytes, over the {MAX_PT_BYTES}-byte limit for a .pt tensor "
                          f"file; not read")
     if tf.format == "pt":
-        from .frameworks.torch_io_load import load_pt
+        from .frameworks.torch.io_load import load_pt
 
         arr = load_pt(tf.path)
     else:

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from mindspore import mint, nn, ops
 
-from nbdebug.frameworks import mindspore_graph_live
+from nbdebug.frameworks.mindspore import graph_live as mindspore_graph_live
 
 DUMP_DIR = mindspore_graph_live.arm()
 

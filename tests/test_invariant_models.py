@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 import nbdebug
 from nbdebug import NotRetainedError
-from nbdebug.frameworks.torch_stats import StatsBuffer
+from nbdebug.frameworks.torch.stats import StatsBuffer
 from nbdebug.session.session import raw_to_fields
 from nbdebug.session.stats import FIELDS
 

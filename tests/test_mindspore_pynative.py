@@ -18,8 +18,8 @@ from ms_fixtures import (
 
 import nbdebug
 from nbdebug.control import State
-from nbdebug.frameworks.mindspore_adapter import StepCallback
-from nbdebug.frameworks.mindspore_stats import StatsBuffer
+from nbdebug.frameworks.mindspore.adapter import StepCallback
+from nbdebug.frameworks.mindspore.stats import StatsBuffer
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.usefixtures("pynative_mode")]
 

@@ -150,8 +150,8 @@ def compare_weights(pth_path: Any, ckpt_path: Any, name_map: Mapping[str, str] |
     needs the full unpickler (``torch.save(model)``) is refused with a ``ValueError`` saying so, unless
     ``trust_pickle=True`` (only for files you trust: unpickling runs code from the file).
     """
-    from ..frameworks.mindspore_io_load import load_ckpt
-    from ..frameworks.torch_io_load import load_state
+    from ..frameworks.mindspore.io_load import load_ckpt
+    from ..frameworks.torch.io_load import load_state
 
     pt, pt_trainable, pt_buffers = load_state(pth_path, trust_pickle=trust_pickle)
     if pt_trainable is None:

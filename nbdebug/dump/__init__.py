@@ -33,11 +33,11 @@ def io_for(debugger: Any) -> Any:
     """The framework dump I/O for ``debugger``'s adapter (imports the framework's module only)."""
     framework = debugger.session.framework
     if framework == "pytorch":
-        from ..frameworks.torch_io import TorchIO
+        from ..frameworks.torch.io import TorchIO
 
         return TorchIO(debugger._adapter)
     if framework == "mindspore":
-        from ..frameworks.mindspore_io import MindSporeIO
+        from ..frameworks.mindspore.io import MindSporeIO
 
         return MindSporeIO(debugger._adapter)
     raise ValueError(f"no dump writer for framework {framework!r}")

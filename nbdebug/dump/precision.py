@@ -205,9 +205,9 @@ class PrecisionDebugger:
         framework = self._framework or _framework_of_value(module) or (
             "mindspore" if (getattr(module, "__name__", "") or "").startswith("mindspore") else _default_framework())
         if framework == "mindspore":
-            from ..frameworks.mindspore_io import custom_api_wrapper
+            from ..frameworks.mindspore.io import custom_api_wrapper
         else:
-            from ..frameworks.torch_io import custom_api_wrapper
+            from ..frameworks.torch.io import custom_api_wrapper
         wrapper = custom_api_wrapper(self._adapter, original, api_prefix, api)
         self._custom[key] = (module, original)
         setattr(module, api, wrapper)
@@ -243,9 +243,9 @@ class PrecisionDebugger:
 
     def _make_writer(self, framework: str, adapter: Any, session: Any) -> None:
         if framework == "mindspore":
-            from ..frameworks.mindspore_io import MindSporeIO as IO
+            from ..frameworks.mindspore.io import MindSporeIO as IO
         else:
-            from ..frameworks.torch_io import TorchIO as IO
+            from ..frameworks.torch.io import TorchIO as IO
         self._framework = framework
         self._io = IO(adapter)
         self.writer = DumpWriter(session, self._io, None, None, self.config)
@@ -262,9 +262,9 @@ class PrecisionDebugger:
             model = self._container(model, framework)
         if model is None:
             if framework == "mindspore":
-                from ..frameworks.mindspore_io import stand_in_model
+                from ..frameworks.mindspore.io import stand_in_model
             else:
-                from ..frameworks.torch_io import stand_in_model
+                from ..frameworks.torch.io import stand_in_model
             model = stand_in_model()
         self.model = model
         dbg = Debugger(model, level=self.config.level, capture=False)
@@ -330,6 +330,6 @@ class PrecisionDebugger:
 def MsprobeStep(debugger: PrecisionDebugger) -> Any:  # noqa: N802 - msProbe's name
     """msProbe's ``MsprobeStep`` callback for ``mindspore.train.Model.train``: ``start()`` at each step begin,
     ``stop()`` + ``step()`` at each step end. (PyTorch loops: :meth:`PrecisionDebugger.steps`.)"""
-    from ..frameworks.mindspore_io import step_callback
+    from ..frameworks.mindspore.io import step_callback
 
     return step_callback(debugger)

@@ -18,9 +18,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..session.session import RAW_WIDTH, RawRows
-from .core.native import codes_for
-from .core.native import fastats as _fastats
+from ...session.session import RAW_WIDTH, RawRows
+from ..core.native import codes_for
+from ..core.native import fastats as _fastats
 
 _NAN_ROW = [float("nan")] * 5 + [0.0] * 4
 

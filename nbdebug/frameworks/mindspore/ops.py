@@ -26,8 +26,8 @@ import mindspore as ms
 from mindspore import ops
 from mindspore.common.parameter import Parameter
 
-from .core.records import Seen
-from .mindspore_stats import StatsBuffer
+from ..core.records import Seen
+from .stats import StatsBuffer
 
 Tensor = ms.Tensor
 TensorBase = Tensor.__mro__[1]  # TensorPy: Tensor and Parameter both derive from it

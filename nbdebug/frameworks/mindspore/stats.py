@@ -1,7 +1,7 @@
 """Tensor statistics for MindSpore (PyNative) without a host sync per tensor.
 
 Each captured tensor gets one raw row ``[max, min, sum, abs_sum, sq_sum, zeros, nans, +infs, -infs]``
-(the layout of :mod:`nbdebug.frameworks.torch_stats`).
+(the layout of :mod:`nbdebug.frameworks.torch.stats`).
 
 MindSpore executes PyNative ops asynchronously, and reading anything of a fresh result — its memory
 (``data_ptr()``, ``asnumpy()``) but also its ``dtype``, ``shape`` or ``device`` — waits for the queue. So
@@ -25,9 +25,9 @@ import mindspore as ms
 import numpy as np
 from mindspore import ops
 
-from ..session.session import RAW_WIDTH, RawRows
-from .core.native import codes_for
-from .core.native import fastats as _fastats
+from ...session.session import RAW_WIDTH, RawRows
+from ..core.native import codes_for
+from ..core.native import fastats as _fastats
 
 _NAN_ROW = [float("nan")] * 5 + [0.0] * 4
 _COMPLEX = (ms.complex64, ms.complex128)

@@ -32,11 +32,11 @@ import torch.optim.optimizer as _optim
 from torch.overrides import TorchFunctionMode
 from torch.utils.hooks import RemovableHandle
 
-from ..session.session import Session
-from . import torch_api_names as _names
-from .core.calls import module_base, parent_scope
-from .core.capture import LEVELS, Capture
-from .torch_ops import TorchOps, TorchRef
+from ...session.session import Session
+from ..core.calls import module_base, parent_scope
+from ..core.capture import LEVELS, Capture
+from . import api_names as _names
+from .ops import TorchOps, TorchRef
 
 __all__ = ["LEVELS", "TorchAdapter", "mutated_args"]
 

@@ -21,9 +21,9 @@ from typing import Any
 
 import torch
 
-from ..session.store import NotRetainedError
-from .core.records import Seen
-from .torch_stats import StatsBuffer
+from ...session.store import NotRetainedError
+from ..core.records import Seen
+from .stats import StatsBuffer
 
 _NO_VERSION = iter(range(-1, -(1 << 62), -1))
 

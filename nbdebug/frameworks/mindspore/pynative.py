@@ -12,7 +12,7 @@
 
 Parameters are nodes (``Parameter.{name}``); ``optimizer(grads)`` — any ``mindspore.nn.Optimizer``
 holding the model's parameters — is its own section (``Optimizer.SGD.step.0``) and ends the step
-unless the user marks steps with ``Debugger.step()`` (or :class:`~nbdebug.frameworks.mindspore_adapter.StepCallback`
+unless the user marks steps with ``Debugger.step()`` (or :class:`~nbdebug.frameworks.mindspore.adapter.StepCallback`
 under ``mindspore.train.Model``).
 
 Nothing of a fresh tensor is read on the hot path: MindSpore runs PyNative ops asynchronously and even
@@ -44,10 +44,10 @@ try:  # mindspore.common.api is deprecated since 2.9 and says so on stderr when 
 except ImportError:  # pragma: no cover - older MindSpore
     from mindspore.common.api import _pynative_executor
 
-from ..session.session import Session
-from .core.calls import module_base, parent_scope
-from .core.capture import LEVELS, Capture
-from .mindspore_ops import MindSporeOps, MSRef, Tensor, TensorBase
+from ...session.session import Session
+from ..core.calls import module_base, parent_scope
+from ..core.capture import LEVELS, Capture
+from .ops import MindSporeOps, MSRef, Tensor, TensorBase
 
 __all__ = ["LEVELS", "MSRef", "PyNativeAdapter"]
 
