@@ -17,7 +17,7 @@ __version__ = "0.1.0"
 
 # Public names living in modules that import a framework or a UI toolkit: loaded on first use.
 _LAZY: dict[str, str] = {
-    "DebugUnderflowOverflow": "nbdebug.frameworks.torch_overflow:DebugUnderflowOverflow",
+    "DebugUnderflowOverflow": "nbdebug.frameworks.torch.overflow:DebugUnderflowOverflow",
     "PrecisionDebugger": "nbdebug.dump.precision:PrecisionDebugger",
     "MsprobeStep": "nbdebug.dump.precision:MsprobeStep",
     "seed_all": "nbdebug.frameworks.seed:seed_all",

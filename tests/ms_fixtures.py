@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import mindspore as ms
 import numpy as np
+import pytest
 from mindspore import mint, nn, ops
 
-from nbdebug.frameworks import mindspore_graph_live
+from nbdebug.frameworks.mindspore import graph_live as mindspore_graph_live
 
 DUMP_DIR = mindspore_graph_live.arm()
 
@@ -75,6 +76,15 @@ def batches(n: int = 2, batch: int = 8, seed: int = 0) -> list[tuple[ms.Tensor, 
 
 def loss_fn() -> nn.Cell:
     return nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+
+
+@pytest.fixture
+def pynative_mode():
+    """PyNative mode for one test (``pytestmark = pytest.mark.usefixtures("pynative_mode")``)."""
+    mode = ms.get_context("mode")
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    yield
+    ms.set_context(mode=mode)
 
 
 def pynative_trainer(net: nn.Cell, lr: float = 0.05):

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from nbdebug.frameworks.torch_loss_scale import GradScalerProbe
+from nbdebug.frameworks.torch.loss_scale import GradScalerProbe
 from nbdebug.watch.loss_scale import LossScaleTracker
 
 

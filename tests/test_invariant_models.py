@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 import nbdebug
 from nbdebug import NotRetainedError
-from nbdebug.frameworks.torch_stats import StatsBuffer
+from nbdebug.frameworks.torch.stats import StatsBuffer
 from nbdebug.session.session import raw_to_fields
 from nbdebug.session.stats import FIELDS
 
@@ -362,3 +362,29 @@ def test_dump_entries_describe_the_values_used(level, tmp_path):
                           weights_only=True)
         np.testing.assert_array_equal(data.numpy(), before.numpy())
         np.testing.assert_array_equal(dbg.tensor("Functional.batch_norm.0.forward", "input.2", step=0), before)
+
+
+class NaNInside(nn.Module):
+    """Computes a NaN between its two layers with an op no L0 hook sees."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(4, 4)
+        self.fc2 = nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.fc2(torch.log(self.fc1(x) - 100.0))
+
+
+def test_value_computed_inside_a_module_comes_from_that_module_at_L0():
+    """At L0 a value a module computes with unrecorded ops is that module call's (slot ``internal``), not an
+    ``Input`` node: ``first_nonfinite`` names the module."""
+    torch.manual_seed(0)
+    model = nn.Sequential(NaNInside())
+    with nbdebug.Debugger(model, level="L0") as dbg:
+        model(torch.ones(2, 4))
+        dbg.step()
+        assert dbg.first_nonfinite(0) == ("Module.0.NaNInside.forward.0", "output.0", 0)
+        assert [n.name for n in dbg.graph if n.name.startswith("Input.")] == ["Input.0"]
+        assert dbg.graph.edges[("Module.0.NaNInside.forward.0", "Module.0.fc2.Linear.forward.0")] == \
+            [("internal", "input.0")]

@@ -1,5 +1,5 @@
 """nbdebug.load on a MindSpore GRAPH-mode kernel dump: the layout is recognised and the kernel-dump reader
-(nbdebug.frameworks.mindspore_graph) builds the session; panels' protocol, watchpoints and first_nonfinite
+(nbdebug.frameworks.mindspore.graph) builds the session; panels' protocol, watchpoints and first_nonfinite
 work on it."""
 
 import shutil

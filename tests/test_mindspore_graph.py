@@ -12,8 +12,8 @@ from ms_fixtures import LeNet, assert_stats, batches, graph_trainer, loss_fn, ms
 
 import nbdebug
 from nbdebug.control import State
-from nbdebug.frameworks import mindspore_graph as kd
-from nbdebug.frameworks.mindspore_adapter import StepCallback
+from nbdebug.frameworks.mindspore import graph as kd
+from nbdebug.frameworks.mindspore.adapter import StepCallback
 
 pytestmark = pytest.mark.timeout(180)
 SCOPE = "Default/network-WithLossCell/_backbone-LeNet"
@@ -97,7 +97,7 @@ def test_graph_training_graph_names_stats_disk_and_offline(tmp_path):
     assert _dump_files(dbg) == []
 
     # offline: the copied dump opens without MindSpore
-    code = ("import sys; from nbdebug.frameworks.mindspore_graph import load_kernel_dump; "
+    code = ("import sys; from nbdebug.frameworks.mindspore.graph import load_kernel_dump; "
             f"s = load_kernel_dump({str(tmp_path / 'dump')!r}); "
             "assert 'mindspore' not in sys.modules; print(sorted(s.steps), len(s.graph))")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,

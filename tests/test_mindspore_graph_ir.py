@@ -12,7 +12,7 @@ import mindspore  # noqa: F401  (the scripts below train with it in fresh proces
 import pytest
 
 import nbdebug
-from nbdebug.frameworks import mindspore_graph as kd
+from nbdebug.frameworks.mindspore import graph as kd
 
 pytestmark = pytest.mark.timeout(300)
 

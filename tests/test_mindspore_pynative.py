@@ -2,22 +2,26 @@
 
 import numpy as np
 import pytest
-from ms_fixtures import ApiNet, LeNet, assert_stats, batches, loss_fn, ms, nn, np_stats, pynative_trainer, same_weights
+from ms_fixtures import (
+    ApiNet,
+    LeNet,
+    assert_stats,
+    batches,
+    loss_fn,
+    ms,
+    nn,
+    np_stats,
+    pynative_mode,  # noqa: F401 - the fixture
+    pynative_trainer,
+    same_weights,
+)
 
 import nbdebug
 from nbdebug.control import State
-from nbdebug.frameworks.mindspore_adapter import StepCallback
-from nbdebug.frameworks.mindspore_stats import StatsBuffer
+from nbdebug.frameworks.mindspore.adapter import StepCallback
+from nbdebug.frameworks.mindspore.stats import StatsBuffer
 
-pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture(autouse=True)
-def pynative():
-    mode = ms.get_context("mode")
-    ms.set_context(mode=ms.PYNATIVE_MODE)
-    yield
-    ms.set_context(mode=mode)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.usefixtures("pynative_mode")]
 
 
 def _api_step(level):
@@ -56,11 +60,14 @@ def test_names_follow_msprobe_at_each_level():
                 "Primitive.bias_add.BiasAdd.0.forward", "Cell.fc.Dense.parameters_grad.0"}
     assert expected <= names, expected - names
     assert not [n for n in names if n.startswith("Cell.") and ".forward." in n]
-    # backward slots: gradient of the output in, gradients of both inputs out
-    # (a Parameter input is never replaced by a probe — ops may update it in place — its gradient is in
-    # parameters_grad; the data x needs no gradient)
-    assert set(dbg.graph.nodes["Primitive.bias_add.BiasAdd.0.backward"].shapes) == {"input.0", "output.0"}
-    assert set(dbg.graph.nodes["Primitive.matmul.MatMul.0.backward"].shapes) == {"input.0"}
+    # backward slots: gradient of the output in, gradients of the inputs out in the order they arrive, as
+    # msProbe numbers them: a trainable Parameter's included (the bias's, then x's; the weight's only —
+    # the data x needs no gradient)
+    bias_add = dbg.graph.nodes["Primitive.bias_add.BiasAdd.0.backward"]
+    assert set(bias_add.shapes) == {"input.0", "output.0", "output.1"}
+    assert bias_add.shapes["output.0"] == (4,) and bias_add.shapes["output.1"] == (3, 4)
+    matmul = dbg.graph.nodes["Primitive.matmul.MatMul.0.backward"]
+    assert set(matmul.shapes) == {"input.0", "output.0"} and matmul.shapes["output.0"] == (4, 6)
     dbg.close()
 
     dbg = _api_step("mix")

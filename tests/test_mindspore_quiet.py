@@ -63,8 +63,8 @@ def _run(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
 
 
 def test_mindspore_adapter_imports_print_nothing():
-    r = _run("-c", "import mindspore, nbdebug.frameworks.mindspore_adapter, nbdebug.frameworks.mindspore_pynative, "
-                   "nbdebug.frameworks.mindspore_graph_live")
+    r = _run("-c", "import mindspore, nbdebug.frameworks.mindspore.adapter, nbdebug.frameworks.mindspore.pynative, "
+                   "nbdebug.frameworks.mindspore.graph_live")
     assert r.returncode == 0, r.stderr
     assert (r.stdout, r.stderr) == ("", "")
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 import torch.nn as nn
 
-from nbdebug.frameworks import torch_overflow
-from nbdebug.frameworks.torch_overflow import DebugUnderflowOverflow
+from nbdebug.frameworks.torch import overflow as torch_overflow
+from nbdebug.frameworks.torch.overflow import DebugUnderflowOverflow
 
 DETECTED = (
     "DebugUnderflowOverflow: inf/nan detected, aborting as there is no point running further. "

@@ -50,7 +50,7 @@ def test_budget_respected_and_reason_given():
                     dbg.tensor(n.name, slot, step="previous")
                 except NotRetainedError as e:
                     missing += 1
-                    assert "memory budget" in str(e) or "no value retained" in str(e)
+                    assert "memory budget" in str(e) or "no value retained" in str(e) or "statistics only" in str(e)
         assert missing > 0
 
 

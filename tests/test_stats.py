@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from nbdebug.frameworks import torch_stats
-from nbdebug.frameworks.torch_stats import StatsBuffer
+from nbdebug.frameworks.torch import stats as torch_stats
+from nbdebug.frameworks.torch.stats import StatsBuffer
 from nbdebug.session.session import raw_to_fields
 from nbdebug.session.stats import FIELDS, row_to_mapping
 

@@ -169,7 +169,7 @@ class DumpWriter:
     """Writes the session of one debugger as an msProbe dump (see the module docstring).
 
     ``session``: the debugger's :class:`~nbdebug.session.session.Session`; ``adapter_io``: the framework's
-    dump I/O (:class:`~nbdebug.frameworks.torch_io.TorchIO`, :class:`~nbdebug.frameworks.mindspore_io.MindSporeIO`),
+    dump I/O (:class:`~nbdebug.frameworks.torch.io.TorchIO`, :class:`~nbdebug.frameworks.mindspore.io.MindSporeIO`),
     which knows the adapter; ``dump_dir`` overrides the config's ``dump_path``; ``task`` (statistics | tensor)
     overrides the config's; ``config`` is an msProbe ``config.json`` path, a dict or a
     :class:`~nbdebug.dump.config.DumpConfig`.

@@ -25,7 +25,7 @@ _BACKENDS: dict[str, Backend] = {}
 
 
 class Backend:
-    """What nbdebug needs from one framework. Subclasses live in ``frameworks/<name>_backend.py``.
+    """What nbdebug needs from one framework. Subclasses live in ``frameworks/<name>/backend.py``.
 
     Class attributes describe the framework without importing it; methods import it lazily.
     """
@@ -225,8 +225,8 @@ def default_backend() -> Backend:
 
 def _ensure_builtin() -> None:
     if not _BACKENDS:
-        from .mindspore_backend import MindSporeBackend
-        from .torch_backend import TorchBackend
+        from .mindspore.backend import MindSporeBackend
+        from .torch.backend import TorchBackend
 
         register(TorchBackend())
         register(MindSporeBackend())

@@ -3,7 +3,7 @@
 With mixed precision the loss is scaled; a step whose gradients overflow is skipped and the scale
 lowered. A few such steps are normal; overflow that persists step after step means something in the
 network overflows on its own (seed 003: "if it keeps overflowing, find out why first"). The tracker is
-framework-neutral: PyTorch's ``GradScaler`` is read by :mod:`nbdebug.frameworks.torch_loss_scale`; for
+framework-neutral: PyTorch's ``GradScaler`` is read by :mod:`nbdebug.frameworks.torch.loss_scale`; for
 MindSpore's ``TrainOneStepWithLossScaleCell`` (which returns ``loss, overflow, scale``) call
 ``tracker.record(scale, overflow)`` yourself — MindSpore tensors are accepted.
 

@@ -1,6 +1,6 @@
 """MindSpore GRAPH mode, live: MindSpore's kernel dump read back after every graph run.
 
-Attaching arms the dump (:func:`~nbdebug.frameworks.mindspore_graph.arm_kernel_dump`: a config in a
+Attaching arms the dump (:func:`~nbdebug.frameworks.mindspore.graph.arm_kernel_dump`: a config in a
 private temporary directory, ``MINDSPORE_DUMP_CONFIG`` set before the first graph compile) and wraps
 the two places where compiled graphs run (``_CellGraphExecutor.__call__`` for Cells, ``_JitExecutor.__call__``
 for ``mindspore.jit`` functions). After each run the new ``{graph}/{iteration}`` directory is read:
@@ -8,13 +8,13 @@ kernels become nodes named by their full scope name, in execution order, with th
 slots (statistics on the host with the native kernel; values retained as file handles). Nodes are
 announced one by one (so ``check="node"`` watchpoints, ``run_to`` and ``next_node`` work while the step
 is replayed) and the run ends the step — unless the user marks steps with ``Debugger.step()`` or
-:class:`~nbdebug.frameworks.mindspore_adapter.StepCallback`. Control therefore acts between
+:class:`~nbdebug.frameworks.mindspore.adapter.StepCallback`. Control therefore acts between
 training-step calls: the graph has already run when its nodes are shown.
 
 Graphs that use the model's parameters are recorded, with the weightless graphs that ran in the same call
 (the branches and loop bodies of a model with control flow), interleaved by dump timestamp; other graphs
 are deleted unread. Kernels of ``ms.jit`` functions get their Cell scopes back from the IR
-(:mod:`~nbdebug.frameworks.mindspore_scopes`). The dump keeps
+(:mod:`~nbdebug.frameworks.mindspore.scopes`). The dump keeps
 the iterations still needed (current and previous step); closing deletes the dumped tensors (the small
 graph files stay until the process exits, when the whole temporary directory is removed).
 """
@@ -37,10 +37,10 @@ try:  # mindspore.common.api is deprecated since 2.9 and says so on stderr when 
 except ImportError:  # pragma: no cover - older MindSpore
     from mindspore.common.api import _pynative_executor
 
-from ..session.session import Session
-from . import mindspore_graph as kd
-from .mindspore_scopes import recover_cell_scopes
-from .native_stderr import native_stderr
+from ...session.session import Session
+from ..native_stderr import native_stderr
+from . import graph as kd
+from .scopes import recover_cell_scopes
 
 try:
     from mindspore.graph import api as _gapi

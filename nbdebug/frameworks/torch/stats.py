@@ -18,30 +18,19 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..session.session import RAW_WIDTH, RawRows
+from ...session.session import RAW_WIDTH, RawRows
+from ..core.native import codes_for
+from ..core.native import fastats as _fastats
 
-try:  # the optional native kernel; the torch path below is the fallback
-    from nbdebug import _fastats
-except ImportError:  # pragma: no cover - exercised on machines without a compiler
-    _fastats = None
-
-_FAST_CODES = {
-    torch.float32: 0,
-    torch.float64: 1,
-    torch.float16: 2,
-    torch.bfloat16: 3,
-    torch.int8: 4,
-    torch.uint8: 5,
-    torch.int16: 6,
-    torch.int32: 7,
-    torch.int64: 8,
-    torch.bool: 9,
-}
 _NAN_ROW = [float("nan")] * 5 + [0.0] * 4
 
 
 def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).replace("torch.", "")
+
+
+_FAST_CODES = codes_for((torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8,
+                         torch.int16, torch.int32, torch.int64, torch.bool), dtype_name)
 
 
 def unsupported_reason(t: torch.Tensor) -> str | None:

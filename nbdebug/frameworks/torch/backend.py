@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .registry import Backend
+from ..registry import Backend
 
 
 class TorchBackend(Backend):
@@ -22,8 +22,8 @@ class TorchBackend(Backend):
     model_kind = "torch.nn.Module"
     supports_risk_level = True
     tensor_file_suffixes = (".pt", ".pth")
-    adapter_module = ".torch_adapter"
-    io_module = ".torch_io"
+    adapter_module = ".adapter"
+    io_module = ".io"
     io_class = "TorchIO"
 
     def info(self, model: Any) -> tuple[str, str]:
@@ -34,13 +34,13 @@ class TorchBackend(Backend):
 
     def adapter(self, model: Any, level: str, session: Any, *, retain: bool = True,
                 retain_copy: bool = False) -> Any:
-        from .torch_adapter import TorchAdapter
+        from .adapter import TorchAdapter
 
         return TorchAdapter(model, level, session, retain=retain, retain_copy=retain_copy)
 
     def loss_scale_probe(self, scaler: Any, tracker: Any, step: Callable[[], int],
                          on_update: Callable[[Any], Any]) -> Any:
-        from .torch_loss_scale import GradScalerProbe
+        from .loss_scale import GradScalerProbe
 
         return GradScalerProbe(scaler, tracker, step=step, on_update=on_update)
 
@@ -50,11 +50,11 @@ class TorchBackend(Backend):
         return torch.nn.ModuleList(list(models))
 
     def read_tensor_file(self, path: str) -> Any:
-        from .torch_io_load import load_pt
+        from .io_load import load_pt
 
         return load_pt(path)
 
     def load_weights(self, source: Any, *, trust_pickle: bool = False) -> tuple[dict[str, Any], Any, set[str]]:
-        from .torch_io_load import load_state
+        from .io_load import load_state
 
         return load_state(source, trust_pickle=trust_pickle)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .registry import Backend
+from ..registry import Backend
 
 #: MindSpore parameter names → PyTorch's (BatchNorm, LayerNorm, Embedding)
 MS_TO_PT_PARAM = {
@@ -91,18 +91,18 @@ class MindSporeBackend(Backend):
     param_to_torch = MS_TO_PT_PARAM
     bias_split = MS_BIAS_SPLIT
     bias_add_apis = frozenset({"bias_add", "biasadd"})
-    adapter_module = ".mindspore_adapter"
-    io_module = ".mindspore_io"
+    adapter_module = ".adapter"
+    io_module = ".io"
     io_class = "MindSporeIO"
 
     def info(self, model: Any) -> tuple[str, str]:
-        from .mindspore_adapter import mindspore_info
+        from .adapter import mindspore_info
 
         return mindspore_info()
 
     def adapter(self, model: Any, level: str, session: Any, *, retain: bool = True,
                 retain_copy: bool = False) -> Any:
-        from .mindspore_adapter import MindSporeAdapter
+        from .adapter import MindSporeAdapter
 
         return MindSporeAdapter(model, level, session, retain=retain)
 
@@ -113,12 +113,12 @@ class MindSporeBackend(Backend):
 
     def load_weights(self, source: Any, *, trust_pickle: bool = False) -> tuple[dict[str, Any], Any, set[str]]:
         """A ``.ckpt`` file or a Cell (a checkpoint holds no code: ``trust_pickle`` changes nothing)."""
-        from .mindspore_io_load import load_ckpt
+        from .io_load import load_ckpt
 
         return load_ckpt(source)
 
     def step_callback(self, debugger: Any) -> Any:
         """msProbe's ``MsprobeStep`` for ``Model.train`` (MindSpore only)."""
-        from .mindspore_io import step_callback
+        from .io import step_callback
 
         return step_callback(debugger)

@@ -1,7 +1,7 @@
 """Tensor statistics for MindSpore (PyNative) without a host sync per tensor.
 
 Each captured tensor gets one raw row ``[max, min, sum, abs_sum, sq_sum, zeros, nans, +infs, -infs]``
-(the layout of :mod:`nbdebug.frameworks.torch_stats`).
+(the layout of :mod:`nbdebug.frameworks.torch.stats`).
 
 MindSpore executes PyNative ops asynchronously, and reading anything of a fresh result — its memory
 (``data_ptr()``, ``asnumpy()``) but also its ``dtype``, ``shape`` or ``device`` — waits for the queue. So
@@ -25,25 +25,10 @@ import mindspore as ms
 import numpy as np
 from mindspore import ops
 
-from ..session.session import RAW_WIDTH, RawRows
+from ...session.session import RAW_WIDTH, RawRows
+from ..core.native import codes_for
+from ..core.native import fastats as _fastats
 
-try:  # the optional native kernel; MindSpore ops are the fallback
-    from nbdebug import _fastats
-except ImportError:  # pragma: no cover - exercised on machines without a compiler
-    _fastats = None
-
-_FAST_CODES = {
-    ms.float32: 0,
-    ms.float64: 1,
-    ms.float16: 2,
-    ms.bfloat16: 3,
-    ms.int8: 4,
-    ms.uint8: 5,
-    ms.int16: 6,
-    ms.int32: 7,
-    ms.int64: 8,
-    ms.bool_: 9,
-}
 _NAN_ROW = [float("nan")] * 5 + [0.0] * 4
 _COMPLEX = (ms.complex64, ms.complex128)
 
@@ -51,6 +36,10 @@ _COMPLEX = (ms.complex64, ms.complex128)
 def dtype_name(dtype) -> str:
     """``Float32`` -> ``float32`` (the names the PyTorch side uses, so runs compare)."""
     return str(dtype).lower()
+
+
+_FAST_CODES = codes_for((ms.float32, ms.float64, ms.float16, ms.bfloat16, ms.int8, ms.uint8, ms.int16, ms.int32,
+                         ms.int64, ms.bool_), dtype_name)
 
 
 def _device_row(t, device: str = "cpu"):

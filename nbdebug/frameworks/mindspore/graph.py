@@ -12,7 +12,7 @@ parses the ``.ir`` text (:func:`parse_ir`) and the execution order into a :class
 kernels are named by their full scope name (``Default/network-WithLossCell/_backbone-Net/fc1-Dense/MatMul-op0``),
 turns the ``.npy`` files of one graph run into statistics rows, node slots and retained values
 (:class:`RunRecorder`), and opens an existing dump as an offline session (:func:`load_kernel_dump`).
-The live GRAPH-mode adapter is :mod:`nbdebug.frameworks.mindspore_graph_live`.
+The live GRAPH-mode adapter is :mod:`nbdebug.frameworks.mindspore.graph_live`.
 
 >>> cfg = dump_config("/tmp/dump")
 >>> cfg["common_dump_settings"]["iteration"], cfg["e2e_dump_settings"]["enable"]
@@ -36,8 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from ..session.session import Session
-from ..session.store import NotRetainedError
+from ...session.session import Session
+from ...session.store import NotRetainedError
 
 try:  # the optional native kernel; numpy is the fallback
     from nbdebug import _fastats
@@ -899,9 +899,9 @@ def load_kernel_dump(path: str, *, rank: int | None = None) -> Any:
 
     >>> # s = load_kernel_dump("/path/to/dump"); s.graph.in_order()[0].name
     """
-    from ..session.dump_session import DumpProblem, DumpSession, TensorFile
-    from ..session.session import StepRecorder, raw_to_fields
-    from ..session.stats import FIELDS
+    from ...session.dump_session import DumpProblem, DumpSession, TensorFile
+    from ...session.session import StepRecorder, raw_to_fields
+    from ...session.stats import FIELDS
 
     ranks = find_rank_dirs(path)
     if not ranks:

@@ -12,7 +12,7 @@
 
 Parameters are nodes (``Parameter.{name}``); ``optimizer(grads)`` — any ``mindspore.nn.Optimizer``
 holding the model's parameters — is its own section (``Optimizer.SGD.step.0``) and ends the step
-unless the user marks steps with ``Debugger.step()`` (or :class:`~nbdebug.frameworks.mindspore_adapter.StepCallback`
+unless the user marks steps with ``Debugger.step()`` (or :class:`~nbdebug.frameworks.mindspore.adapter.StepCallback`
 under ``mindspore.train.Model``).
 
 Nothing of a fresh tensor is read on the hot path: MindSpore runs PyNative ops asynchronously and even
@@ -28,14 +28,12 @@ from __future__ import annotations
 
 import functools
 import inspect
-import sys
 import threading
 import types
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
-import mindspore as ms
 from mindspore import mint, nn, ops
 from mindspore.common.parameter import Parameter
 from mindspore.mint.nn import functional as mint_functional
@@ -46,14 +44,12 @@ try:  # mindspore.common.api is deprecated since 2.9 and says so on stderr when 
 except ImportError:  # pragma: no cover - older MindSpore
     from mindspore.common.api import _pynative_executor
 
-from ..session.session import Session
-from ..session.store import NotRetainedError, TensorStore
-from .mindspore_stats import StatsBuffer
+from ...session.session import Session
+from ..core.calls import module_base, parent_scope
+from ..core.capture import LEVELS, Capture
+from .ops import MindSporeOps, MSRef, Tensor, TensorBase
 
-LEVELS = ("L0", "L1", "mix")
-
-Tensor = ms.Tensor
-TensorBase = Tensor.__mro__[1]  # TensorPy: Tensor and Parameter both derive from it
+__all__ = ["LEVELS", "MSRef", "PyNativeAdapter"]
 
 # Tensor attributes that read metadata, convert, or manage hooks: never graph nodes.
 _SKIP_TENSOR = frozenset({
@@ -99,92 +95,9 @@ def _is_tensor(obj: Any) -> bool:
     return isinstance(obj, TensorBase)
 
 
-def _tensors(obj: Any, prefix: str) -> Iterator[tuple[str, Any]]:
-    """Flatten args/outputs into msProbe data names (``input.0``, ``output.1.0`` ...)."""
-    if isinstance(obj, TensorBase):
-        yield prefix, obj
-    elif isinstance(obj, (list, tuple)):
-        for i, item in enumerate(obj):
-            yield from _tensors(item, f"{prefix}.{i}")
-    elif isinstance(obj, dict):
-        for k, item in obj.items():
-            yield from _tensors(item, f"{prefix}.{k}")
-
-
-def _outputs(obj: Any, prefix: str = "output") -> Iterator[tuple[str, Any]]:
-    """Outputs are a list in msProbe's data names: a lone tensor is ``output.0``."""
-    return _tensors((obj,) if isinstance(obj, TensorBase) else obj, prefix)
-
-
-def _args_tensors(args: tuple, kwargs: dict | None) -> Iterator[tuple[str, Any]]:
-    for i, a in enumerate(args):
-        yield from _tensors(a, f"input.{i}")
-    if kwargs:
-        for k, v in kwargs.items():
-            yield from _tensors(v, f"input.{k}")
-
-
-def _user_stack(limit: int = 8) -> list[str]:
-    """The caller's Python frames, innermost first, without MindSpore's and nbdebug's own frames."""
-    out: list[str] = []
-    f = sys._getframe(2)
-    while f is not None and len(out) < limit:
-        fn = f.f_code.co_filename
-        if "/mindspore/" not in fn and "/nbdebug/frameworks/" not in fn and "/nbdebug/control/" not in fn:
-            out.append(f"File {fn}, line {f.f_lineno}, in {f.f_code.co_name}")
-        f = f.f_back
-    return out
-
-
 def _grad_recording() -> bool:
     """True inside a forward that MindSpore records for a gradient (``value_and_grad``, ``grad``...)."""
     return bool(_pynative_executor.requires_grad())
-
-
-class MSRef:
-    """Retention handle: a reference to a MindSpore tensor, or a private copy (``ops.deepcopy``)."""
-
-    __slots__ = ("tensor", "nbytes", "copied", "__weakref__")
-
-    def __init__(self, t: Any, copy: bool, nbytes: int = 0) -> None:
-        self.copied = copy
-        self.tensor = ops.deepcopy(t) if copy else t
-        self.nbytes = nbytes  # known once the value exists (the adapter fills it in before offering)
-
-    def snapshot(self) -> None:
-        """Take a private copy now (called before an in-place op overwrites the value)."""
-        if not self.copied:
-            self.tensor = ops.deepcopy(self.tensor)
-            self.copied = True
-
-    def numpy(self):
-        t = self.tensor
-        if t.dtype == ms.bfloat16:
-            t = t.astype(ms.float32)
-        return t.asnumpy().copy()  # asnumpy is a view of MindSpore's memory on CPU
-
-
-class _Size:
-    """A handle that only states a size (for a tensor refused for the budget)."""
-
-    __slots__ = ("nbytes",)
-
-    def __init__(self, nbytes: int) -> None:
-        self.nbytes = nbytes
-
-    def numpy(self):  # pragma: no cover - never stored
-        raise NotRetainedError("not retained")
-
-
-class _Seen:
-    """What the step knows of one tensor object."""
-
-    __slots__ = ("ref", "row", "handle", "producer")
-
-    def __init__(self, ref, row) -> None:
-        self.ref, self.row = ref, row
-        self.handle: MSRef | None = None
-        self.producer: tuple[str, str] | None = None
 
 
 # -- global op wrappers ---------------------------------------------------------------------------
@@ -358,63 +271,33 @@ class _OptimizerPatch:
 _OPT = _OptimizerPatch()
 
 
-class PyNativeAdapter:
-    """Attaches to one ``mindspore.nn.Cell`` (PyNative mode) and feeds a :class:`Session`."""
+class PyNativeAdapter(Capture):
+    """Attaches to one ``mindspore.nn.Cell`` (PyNative mode) and feeds a :class:`Session` through the
+    capture core."""
 
     framework = "mindspore"
+    module_prefix = "Cell"
+    framework_dir = "/mindspore/"
 
     def __init__(self, model: nn.Cell, level: str, session: Session, *, retain: bool = True,
                  retain_copy: bool = False) -> None:
-        if level not in LEVELS:
-            raise ValueError(f"unknown level {level!r}; choose one of {', '.join(LEVELS)}")
-        self.level = level
-        self.session = session
+        super().__init__(MindSporeOps(), level, session, retain=retain, retain_copy=retain_copy)
         self.model_ref = weakref.ref(model)
         self.model_class = type(model).__name__
-        self.capturing = True
-        self.busy = False
-        self.retain = retain
-        self.retain_copy = retain_copy
-        self.closed = False
-        #: optional observer of every completed node: ``tap(node, [(slot, tensor), ...], call or None)``
-        self.tap: Callable[[Any, list[tuple[str, Any]], tuple | None], None] | None = None
-        self.auto_step = True
-        self.section = "forward"
         self._depth = 0
         self._threads: set[int] = set()
         self._handles: list[Any] = []
-        self._scope: list[str] = []
-        self._lock = threading.RLock()
         self._cell_info: dict[int, tuple[str, str, bool]] = {}
-        self._param_info: dict[int, tuple[weakref.ref, str, str, str, str]] = {}
+        self._owner_local: dict[int, str] = {}  # id(parameter) -> its name in its owning Cell
         self._prims: list[tuple[Any, type]] = []
         self._hb_cache: dict[tuple[str, str], Any] = {}
         self._opt_owned: dict[int, bool] = {}
-        self._new_step_state()
         self._attach(model)
         # values of the step in progress are offered to the store at a flush
         session.before_read = lambda: None if self.closed else self.sync()
 
     # -- step state -------------------------------------------------------------------------------
-    def _new_step_state(self) -> None:
-        self.buf = StatsBuffer()
-        self.session.raw_source = self._raw
-        self._unresolved: list[tuple[int, Any, str, int]] = []  # (recorder index, node, slot, row)
-        self._offers: list[tuple[tuple[str, str], MSRef, int]] = []  # retention, offered at flush
-        self._seen: dict[int, _Seen] = {}  # by id; a weak reference tells a reused id apart
-        self._counts: dict[Any, int] = {}
-        self._cell_calls: dict[int, list[str]] = {}
-        self._bwd_started: set[str] = set()
-        self._done: set[str] = set()
-        self._tapped: dict[str, list[tuple[str, Any]]] = {}
-        self._calls: dict[str, tuple] = {}
-        self._inputs = 0
-        self._param_seen: set[int] = set()
-        self._opt_calls = 0
-        self._pgrad_calls: dict[tuple[str, str], int] = {}
-        self._pgrad_last: dict[str, tuple[str, str]] = {}
-
-    def _raw(self):
+    def raw_rows(self):
         self.sync()
         quiet = threading.get_ident() in self._threads
         busy = self.busy
@@ -446,46 +329,11 @@ class PyNativeAdapter:
     def _flush(self) -> None:
         """Wait once for MindSpore's queue; fill in the metadata and retention of the queued slots."""
         self.buf.flush()
-        meta = self.buf.meta
-        rec = self.session.recorder
-        unresolved, self._unresolved = self._unresolved, []
-        offers, self._offers = self._offers, []
-        for item in unresolved:
-            i, node, slot, row = item
-            if row not in meta:  # queued by the training thread after this flush started
-                self._unresolved.append(item)
-                continue
-            dtype, shape, count, why, _ = meta[row]
-            node.shapes[slot] = shape
-            node.dtypes[slot] = dtype
-            if i < len(rec.rows) and rec.rows[i] == row:
-                rec.dtypes[i], rec.shapes[i], rec.counts[i] = dtype, shape, count
-                if why is not None:
-                    rec.unsupported[i] = why
-        store: TensorStore = self.session.store
-        for item in offers:
-            key, handle, row = item
-            if row not in meta:
-                self._offers.append(item)
-                continue
-            if not handle.nbytes:
-                handle.nbytes = meta[row][4]
-            store.offer(key, handle)
+        self.resolve(self.buf.meta)
 
-    def end_step(self) -> None:
-        with self._lock:
-            raw = self._raw()
-            self._backward_edges()
-            self._threads.discard(threading.get_ident())
-            self._scope.clear()
-            self.section = "forward"
-            self.session.end_step(raw)
-            self._new_step_state()
-        self.busy = True  # observers (watchpoints, control) run framework-free code; keep hooks quiet
-        try:
-            self.session.emit("step", self.session.step_index - 1)
-        finally:
-            self.busy = False
+    def closing_step(self) -> None:
+        self._backward_edges()
+        self._threads.discard(threading.get_ident())
 
     def thread_exit(self) -> None:
         """The training thread is ending (finished, terminated or failed): close a partial step.
@@ -499,12 +347,8 @@ class PyNativeAdapter:
             _pynative_executor.clear_res()
         self.busy = False
         self._depth = 0
-        if len(self.session.recorder) and not self.closed:
-            self.end_step()
-        else:
+        if not self.close_partial_step():
             self._threads.discard(threading.get_ident())
-            self._scope.clear()
-            self.section = "forward"
 
     # -- attach / detach --------------------------------------------------------------------------
     def _attach(self, model: nn.Cell) -> None:
@@ -524,7 +368,8 @@ class PyNativeAdapter:
                     owners[id(p)] = (path, type(cell).__name__, local)
         for qual, p in model.parameters_and_names():
             path, cls, local = owners.get(id(p), ("", type(model).__name__, qual))
-            self._param_info[id(p)] = (weakref.ref(p), qual, path, cls, local)
+            self._param_info[id(p)] = (weakref.ref(p), qual, path, cls)
+            self._owner_local[id(p)] = local
             if p.requires_grad:
                 self._handles.append(p.register_hook(self._grad_hook(qual, path, cls, local)))
             if self.retain:
@@ -571,122 +416,59 @@ class PyNativeAdapter:
         return (self.capturing and not self.busy and not self._depth
                 and threading.get_ident() in self._threads)
 
-    def _scope_str(self) -> str:
-        return self._scope[-1] if self._scope else ""
-
-    def _slot(self, node, slot: str, t: Any, *, as_input: bool, copy: bool = False,
-              origin: bool = True) -> _Seen:
-        """Record one tensor of ``node``: stats row (deduplicated), retention, edge — reading nothing
-        of the tensor (its shape and dtype are filled in at the next flush)."""
-        tid = id(t)
-        seen = self._seen.get(tid)
-        if seen is None or seen.ref() is not t:
-            seen = _Seen(weakref.ref(t), self.buf.add(t))  # the buffer holds t until it is reduced
-            self._seen[tid] = seen
-        key = (node.name, slot)
-        rec = self.session.recorder
-        rec.add(key, seen.row, "", (), 0)
-        self._unresolved.append((rec.index[key], node, slot, seen.row))
-        node.shapes.setdefault(slot, ())
-        if self.tap is not None:
-            self._tapped.setdefault(node.name, []).append((slot, t))
-        if self.retain:
-            if seen.handle is None or (copy and not seen.handle.copied):
-                seen.handle = MSRef(t, copy=copy or self.retain_copy)
-            self._offers.append((key, seen.handle, seen.row))
-        if as_input:
-            if seen.producer is None and origin:
-                seen.producer = self._origin(t)
-            if seen.producer is not None:
-                self.session.graph.add_edge(seen.producer[0], node.name, seen.producer[1], slot)
-        return seen
-
-    def _alias(self, new: Any, old: Any) -> None:
-        """``new`` (an identity of ``old`` inserted for a backward hook) carries ``old``'s record."""
-        seen = self._seen.get(id(old))
-        if seen is None or seen.ref() is not old:
-            return
-        alias = _Seen(weakref.ref(new), seen.row)
-        alias.handle, alias.producer = seen.handle, seen.producer
-        self._seen[id(new)] = alias
-
-    def _origin(self, t: Any) -> tuple[str, str]:
-        """A tensor nobody produced this step: a parameter or an input."""
-        info = self._param_info.get(id(t))
-        if info is not None and info[0]() is t:
-            return self._param_node(t, info), "output.0"
-        name = f"Input.{self._inputs}"
-        self._inputs += 1
-        node = self.session.node(name, kind="input", op_type="input", scope="")
-        self._slot(node, "output.0", t, as_input=False)
-        return name, "output.0"
-
-    def _param_node(self, p: Any, info) -> str:
-        _, qual, path, _cls, _local = info
-        name = f"Parameter.{qual}"
-        if id(p) not in self._param_seen:
-            self._param_seen.add(id(p))
-            node = self.session.node(name, kind="parameter", op_type="Parameter", scope=path.replace(".", "/"))
-            seen = self._slot(node, "output.0", p, as_input=False, copy=True)
-            seen.producer = (name, "output.0")
-        return name
-
-    def _emit_node(self, node) -> None:
-        """``node`` finished executing: its execution order is its completion order."""
-        s = self.session
-        if self.tap is not None:
-            self.tap(node, self._tapped.pop(node.name, []), self._calls.pop(node.name, None))
-        if node.name in self._done:  # a node with several gradient slots completes once
-            return
-        self._done.add(node.name)
-        node.order = s.order
-        s.order += 1
-        if s.has_listeners("node"):
-            self.busy = True
-            try:
-                self.session.emit("node", node)
-            finally:
-                self.busy = False
-
     def _hook_backward(self, name: str, scope: str, pair: str, kind: str, slot: str, is_input: bool = False) -> Any:
-        """A cached ``HookBackward`` identity whose gradient is ``slot`` of backward node ``name``."""
+        """A cached ``HookBackward`` identity whose gradient is ``slot`` of backward node ``name``
+        (``output.{position}``: the gradient of that input; for a Primitive, the slot it gets is the next
+        ``output.{k}`` in arrival order, as msProbe numbers a Primitive's input gradients)."""
         key = (name, slot)
         hb = self._hb_cache.get(key)
         if hb is None:
+            arrival = not is_input and name.startswith("Primitive.")
+
             def fn(grad, self=self, name=name, scope=scope, pair=pair, kind=kind, slot=slot, is_input=is_input):
                 g = grad[0] if isinstance(grad, tuple) else grad
                 if self.capturing and not self.closed and _is_tensor(g):
-                    self._grad_slot(name, scope, pair, kind, slot, g, is_input=is_input)
+                    if arrival:
+                        k = self._arrived.get(name, 0)
+                        self._arrived[name] = k + 1
+                        self._grad_slots[(name, slot)] = f"output.{k}"
+                        self._grad_slot(name, scope, pair, kind, f"output.{k}", g, is_input=False)
+                    else:
+                        self._grad_slot(name, scope, pair, kind, slot, g, is_input=is_input)
                 return None
 
             hb = self._hb_cache[key] = ops.HookBackward(fn)
         return hb
 
+    def _probed(self, name: str, scope: str, pair: str, kind: str, slot: str, t: Any, is_input: bool) -> Any:
+        new = self._hook_backward(name, scope, pair, kind, slot, is_input)(t)
+        self.alias(new, t)
+        return new
+
     def _hooked_outputs(self, name: str, scope: str, pair: str, kind: str, output: Any) -> Any:
         """Gradients of a node's outputs are the ``input.*`` slots of its backward node: a gradient probe
         goes behind every output tensor (top level), and the probed tensors are what the caller gets."""
         if _is_tensor(output):
-            new = self._hook_backward(name, scope, pair, kind, "input.0", True)(output)
-            self._alias(new, output)
-            return new
+            return self._probed(name, scope, pair, kind, "input.0", output, True)
         if isinstance(output, tuple) and any(_is_tensor(o) for o in output):
-            items = list(output)
-            for i, o in enumerate(items):
-                if _is_tensor(o):
-                    items[i] = self._hook_backward(name, scope, pair, kind, f"input.{i}", True)(o)
-                    self._alias(items[i], o)
+            items = [self._probed(name, scope, pair, kind, f"input.{i}", o, True) if _is_tensor(o) else o
+                     for i, o in enumerate(output)]
             return type(output)(items) if type(output) is tuple else output
         return output
 
     def _hooked_inputs(self, args: tuple, kwargs: dict, name: str, scope: str, pair: str,
                        kind: str) -> tuple[tuple, dict, bool]:
-        """Put a gradient probe in front of every floating-point input (top-level tensors)."""
+        """Put a gradient probe in front of every floating-point input (top-level tensors).
+
+        A Parameter is passed on as it is (an op may update it in place, as BatchNorm does its moving
+        statistics), except a trainable one given to a Primitive: msProbe's Primitive backward holds its
+        gradient (``Primitive.matmul.MatMul.0.backward output.0`` is the weight's)."""
         changed = False
         new_args = list(args)
+        weights = name.startswith("Primitive.")
         for i, a in enumerate(args):
-            if _is_tensor(a) and not isinstance(a, Parameter):  # a Parameter may be updated in place
-                new_args[i] = self._hook_backward(name, scope, pair, kind, f"output.{i}")(a)
-                self._alias(new_args[i], a)
+            if _is_tensor(a) and (not isinstance(a, Parameter) or weights and a.requires_grad):
+                new_args[i] = self._probed(name, scope, pair, kind, f"output.{i}", a, False)
                 changed = True
         new_kwargs = kwargs
         if kwargs:
@@ -694,8 +476,7 @@ class PyNativeAdapter:
                 if _is_tensor(v) and not isinstance(v, Parameter):
                     if new_kwargs is kwargs:
                         new_kwargs = dict(kwargs)
-                    new_kwargs[k] = self._hook_backward(name, scope, pair, kind, f"output.{k}")(v)
-                    self._alias(new_kwargs[k], v)
+                    new_kwargs[k] = self._probed(name, scope, pair, kind, f"output.{k}", v, False)
                     changed = True
         return tuple(new_args), new_kwargs, changed
 
@@ -703,27 +484,21 @@ class PyNativeAdapter:
         with self._lock:
             self.busy = True
             try:
-                node = self._bwd_node(name, scope, pair, kind)
-                seen = self._slot(node, slot, grad, as_input=is_input, origin=False)
-                if not is_input:
-                    seen.producer = (name, slot)
+                node = self.gradient(name, scope, pair, kind, slot, grad, is_input)
             finally:
                 self.busy = False
-        self._emit_node(node)
+        self.emit_node(node)
 
-    def _bwd_node(self, name, scope, pair, kind):
-        if name in self._bwd_started:
-            return self.session.graph.nodes[name]
-        self._bwd_started.add(name)
-        if kind == "module":
-            op_type = name.split(".")[-3]
-        else:
-            op_type = self.session.graph.nodes[pair].op_type if pair in self.session.graph.nodes else name
-        return self.session.node(name, kind=kind, op_type=op_type, scope=scope, section="backward", pair=pair)
+    def new_step_state(self) -> None:
+        super().new_step_state()
+        self.session.raw_source = self.raw_rows
+        self._arrived: dict[str, int] = {}  # Primitive backward -> input gradients arrived so far
+        self._grad_slots: dict[tuple[str, str], str] = {}  # (backward, output.{position}) -> its slot
 
     def _backward_edges(self) -> None:
         """Backward data flow mirrors the forward edges of the nodes whose backward ran this step."""
         g = self.session.graph
+        renamed = self._grad_slots
         ran = self._bwd_started
         if not ran:
             return
@@ -737,6 +512,7 @@ class PyNativeAdapter:
                 if dst_slot.startswith("parameters"):
                     continue
                 out_slot = "output" + dst_slot[len("input"):] if dst_slot.startswith("input") else dst_slot
+                out_slot = renamed.get((d.pair, out_slot), out_slot)
                 if src in pgrad:
                     g.add_edge(d.pair, pgrad[src][0], out_slot, pgrad[src][1])
                 elif s.pair in ran and src_slot.startswith("output"):
@@ -753,11 +529,11 @@ class PyNativeAdapter:
             name = f"{prefix}.{api}.{count}.forward"
             bwd = f"{prefix}.{api}.{count}.backward"
             section = self.section
-            scope = "optimizer" if section == "optimizer" else self._scope_str()
+            scope = "optimizer" if section == "optimizer" else self.scope_str()
             node = self.session.node(name, kind="op", op_type=op_type, scope=scope, section=section,
-                                     stack=_user_stack, pair=bwd)
-            for slot, t in _args_tensors(args, kwargs):
-                self._slot(node, slot, t, as_input=True)
+                                     stack=self.stack, pair=bwd)
+            for slot, t in self.arguments(args, kwargs):
+                self.slot(node, slot, t, as_input=True)
             grad = section != "optimizer" and _grad_recording()
             if inplace:
                 grad = False
@@ -779,16 +555,14 @@ class PyNativeAdapter:
             self._depth -= 1
         self.busy = True
         try:
-            for slot, t in _outputs(out):
-                seen = self._slot(node, slot, t, as_input=False)
+            for slot, t in self.outputs(out):
+                seen = self.slot(node, slot, t, as_input=False)
                 seen.producer = (name, slot)
             if grad:
                 out = self._hooked_outputs(bwd, scope, name, "op", out)
-            if self.tap is not None:
-                self._calls[name] = (args, kwargs, out)
         finally:
             self.busy = False
-        self._emit_node(node)
+        self.emit_node(node, (args, kwargs, out))
         return out
 
     # -- L0 ---------------------------------------------------------------------------------------
@@ -798,31 +572,17 @@ class PyNativeAdapter:
                 return None
             if not self._scope:  # the outermost call: ops on this thread are nodes from now on
                 self._threads.add(threading.get_ident())
+                self.note_root_args(args, kwargs)
             path, cls, leaf = self._cell_info[id(cell)]
-            self._scope.append(path.replace(".", "/"))
+            self.enter(path)
             if not want or not path:  # msProbe does not name the root Cell; neither do we
                 return None
             self.busy = True
             try:
-                calls = self._cell_calls.setdefault(id(cell), [])
-                n = len(calls)
-                name = f"Cell.{path}.{cls}.forward.{n}"
-                bwd = f"Cell.{path}.{cls}.backward.{n}"
-                calls.append(name)
-                parent = path.rpartition(".")[0].replace(".", "/")
-                node = self.session.node(name, kind="module", op_type=cls, scope=parent, stack=_user_stack,
-                                         pair=bwd)
-                for slot, t in _args_tensors(args, kwargs):
-                    self._slot(node, slot, t, as_input=leaf)
-                for local, p in cell._params.items():
-                    info = self._param_info.get(id(p))
-                    if info is None:
-                        continue
-                    pname = self._param_node(p, info)
-                    self._slot(node, f"parameters.{local}", p, as_input=False, copy=True)
-                    self.session.graph.add_edge(pname, name, "output.0", f"parameters.{local}")
+                node = self.module_call(id(cell), path, cls, leaf, args, kwargs, cell._params.items())
                 if _grad_recording():
-                    new_args, new_kwargs, changed = self._hooked_inputs(args, kwargs, bwd, parent, name, "module")
+                    new_args, new_kwargs, changed = self._hooked_inputs(args, kwargs, node.pair, node.scope,
+                                                                        node.name, "module")
                     if changed:
                         return new_args, new_kwargs
             finally:
@@ -834,46 +594,32 @@ class PyNativeAdapter:
     def _post_hook(self, want: bool) -> Callable:
         def post(cell, args, kwargs, output):
             if self._scope and not self.busy and not self._depth:
-                self._scope.pop()
+                self.leave()
             if not want or not self.capturing or self.busy or self._depth:
                 return None
             path, cls, leaf = self._cell_info[id(cell)]
             if not path:
                 return None
-            calls = self._cell_calls.get(id(cell))
-            if not calls:
+            node = self.last_call(id(cell))
+            if node is None:
                 return None
-            name = calls[-1]
-            node = self.session.graph.nodes[name]
             self.busy = True
             try:
-                produced = False
-                for slot, t in _outputs(output):
-                    seen = self._slot(node, slot, t, as_input=False)
-                    if seen.producer is None or seen.producer[0].startswith("Input."):
-                        seen.producer = (name, slot)
-                        produced = True
-                if produced and not leaf:  # a container computing its own result: connect its inputs
-                    for slot, t in _args_tensors(args, kwargs):
-                        s = self._seen.get(id(t))
-                        if s is not None and s.producer is not None and s.producer[0] != name:
-                            self.session.graph.add_edge(s.producer[0], name, s.producer[1], slot)
+                self.module_return(node, leaf, args, kwargs, output)
                 new = output
                 if _grad_recording():
-                    new = self._hooked_outputs(node.pair, node.scope, name, "module", output)
-                if self.tap is not None:
-                    self._calls[name] = (args, kwargs, output)
+                    new = self._hooked_outputs(node.pair, node.scope, node.name, "module", output)
             finally:
                 self.busy = False
-            self._emit_node(node)
+            self.emit_node(node, (args, kwargs, output))
             return None if new is output else new
 
         return post
 
     # -- parameter gradients ----------------------------------------------------------------------
     def _grad_hook(self, qual, path, cls, local) -> Callable:
-        base = f"Cell.{path}.{cls}.parameters_grad" if path else f"Cell.{cls}.parameters_grad"
-        scope = path.rpartition(".")[0].replace(".", "/") if path else ""
+        base = f"{module_base('Cell', path, cls)}.parameters_grad"
+        scope = parent_scope(path)
 
         def hook(grad):
             if not self.capturing or self.closed or not _is_tensor(grad):
@@ -881,22 +627,10 @@ class PyNativeAdapter:
             with self._lock:
                 self.busy = True
                 try:
-                    n = self._pgrad_calls.get((base, local), 0)
-                    self._pgrad_calls[(base, local)] = n + 1
-                    name = f"{base}.{n}"
-                    self._pgrad_last[qual] = (name, local)
-                    if name in self._bwd_started:
-                        node = self.session.graph.nodes[name]
-                    else:
-                        self._bwd_started.add(name)
-                        node = self.session.node(name, kind="parameter", op_type="parameters_grad", scope=scope,
-                                                 section="backward")
-                    seen = self._slot(node, local, grad, as_input=False)
-                    seen.producer = (name, local)
-                    self.session.graph.add_edge(f"Parameter.{qual}", name, "output.0", local)
+                    node = self.parameter_gradient(qual, base, scope, local, grad)
                 finally:
                     self.busy = False
-            self._emit_node(node)
+            self.emit_node(node)
             return None
 
         return hook
@@ -915,34 +649,30 @@ class PyNativeAdapter:
         if not self.capturing:
             return
         self.sync()  # parameters and gradients change in place from here on
+        self._copy_parameter_views()
         self.section = "optimizer"
         self._threads.add(threading.get_ident())
 
+    def _copy_parameter_views(self) -> None:
+        """Retained references that share memory with a parameter (a view, a no-op cast) are copied
+        before the optimizer overwrites the parameter: MindSpore would not tell afterwards."""
+        spans = []
+        for ref, *_ in self._param_info.values():
+            p = ref()
+            if p is not None:
+                start = p.data_ptr()
+                spans.append((start, start + int(p.size) * int(p.itemsize)))
+        if not spans:
+            return
+        for seen in list(self._seen.values()):
+            h = seen.handle
+            if h is None or h.copied:
+                continue
+            ptr = h.tensor.data_ptr()
+            if any(a <= ptr < b for a, b in spans):
+                h.snapshot()
+
     def optimizer_post(self, opt: Any) -> None:
-        if self.capturing:
-            params = [(info[1], p) for p in opt.parameters
-                      if (info := self._param_info.get(id(p))) is not None and info[0]() is p]
-            self.busy = True
-            try:
-                name = f"Optimizer.{type(opt).__name__}.step.{self._opt_calls}"
-                self._opt_calls += 1
-                node = self.session.node(name, kind="op", op_type="step", scope="optimizer", section="optimizer")
-                for qual, p in params:
-                    slot = f"parameters.{qual}"
-                    # updated values: a new version of the parameter, retained as a copy
-                    seen = self._seen.pop(id(p), None)
-                    self._slot(node, slot, p, as_input=False, copy=True)
-                    if seen is not None:
-                        self._seen[id(p)] = seen
-                    pnode = f"Parameter.{qual}"
-                    if pnode in self.session.graph.nodes:
-                        self.session.graph.add_edge(pnode, name, "output.0", slot)
-                    last = self._pgrad_last.get(qual)
-                    if last is not None:
-                        self.session.graph.add_edge(last[0], name, last[1], slot)
-            finally:
-                self.busy = False
-            self._emit_node(node)
-        self.section = "forward"
-        if self.auto_step and self.capturing:
-            self.end_step()
+        params = [(info[1], p) for p in opt.parameters
+                  if (info := self._param_info.get(id(p))) is not None and info[0]() is p]
+        self.optimizer_done(type(opt).__name__, params)

@@ -4,9 +4,9 @@
 at attach time:
 
 * PyNative (``mindspore.PYNATIVE_MODE``): Cell hooks and op wrappers —
-  :class:`~nbdebug.frameworks.mindspore_pynative.PyNativeAdapter` (levels L0, L1, mix).
+  :class:`~nbdebug.frameworks.mindspore.pynative.PyNativeAdapter` (levels L0, L1, mix).
 * GRAPH (``mindspore.GRAPH_MODE``): MindSpore's own kernel-by-kernel dump, read back after every graph
-  run — :class:`~nbdebug.frameworks.mindspore_graph_live.GraphAdapter` (kernel level whatever the
+  run — :class:`~nbdebug.frameworks.mindspore.graph_live.GraphAdapter` (kernel level whatever the
   level asked for).
 
 Under ``mindspore.train.Model`` pass :class:`StepCallback` so that each training step is a debugger
@@ -22,9 +22,9 @@ from typing import Any
 import mindspore as ms
 from mindspore.train.callback import Callback
 
-from ..session.session import Session
-from .mindspore_pynative import LEVELS as _PYNATIVE_LEVELS
-from .mindspore_pynative import PyNativeAdapter
+from ...session.session import Session
+from .pynative import LEVELS as _PYNATIVE_LEVELS
+from .pynative import PyNativeAdapter
 
 LEVELS = _PYNATIVE_LEVELS
 
@@ -44,7 +44,7 @@ def MindSporeAdapter(model: Any, level: str, session: Session, *, retain: bool =
     if level not in LEVELS:
         raise ValueError(f"unknown level {level!r}; choose one of {', '.join(LEVELS)}")
     if graph_mode():
-        from .mindspore_graph_live import GraphAdapter
+        from .graph_live import GraphAdapter
 
         return GraphAdapter(model, level, session, retain=retain)
     return PyNativeAdapter(model, level, session, retain=retain, retain_copy=retain_copy)

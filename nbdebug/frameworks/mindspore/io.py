@@ -1,7 +1,7 @@
 """MindSpore side of msProbe-format dumps: statistics, value descriptions and ``.npy`` files as msProbe writes them.
 
 :class:`MindSporeIO` plugs a dump writer into the PyNative adapter
-(:class:`~nbdebug.frameworks.mindspore_pynative.PyNativeAdapter`):
+(:class:`~nbdebug.frameworks.mindspore.pynative.PyNativeAdapter`):
 
 * statistics as msProbe computes them for MindSpore: ``mint.max/min/mean/norm`` after a cast to float32
   for integer and float64 tensors (so all four are set), numpy any/all-style ``Max``/``Min`` for bool;
@@ -28,7 +28,7 @@ import mindspore as ms
 import numpy as np
 from mindspore import mint, ops
 
-from .encode import describe_plain
+from ..encode import describe_plain
 
 try:
     from mindspore._c_expression.typing import Number as _MSNumber

@@ -1,6 +1,6 @@
 """PyTorch side of msProbe-format dumps: statistics, value descriptions and ``.pt`` files as msProbe writes them.
 
-:class:`TorchIO` plugs a dump writer into a :class:`~nbdebug.frameworks.torch_adapter.TorchAdapter`:
+:class:`TorchIO` plugs a dump writer into a :class:`~nbdebug.frameworks.torch.adapter.TorchAdapter`:
 
 * statistics are computed like msProbe (``torch.max/min/mean/norm`` in the tensor's own dtype, on its
   device, as 0-d tensors; read on the writer thread, so the training thread never waits for a device);
@@ -35,8 +35,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from .encode import describe_plain
-from .torch_adapter import mutated_args
+from ..encode import describe_plain
+from .adapter import mutated_args
 
 _INPLACE_DUNDERS = frozenset({
     "__iadd__", "__isub__", "__imul__", "__itruediv__", "__setitem__", "__ifloordiv__", "__imod__", "__ipow__",

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from ..watch.loss_scale import LossScaleTracker
+from ...watch.loss_scale import LossScaleTracker
 
 
 class GradScalerProbe:

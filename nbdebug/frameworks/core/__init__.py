@@ -1,0 +1,1 @@
+"""The framework-neutral capture core both adapters feed (see :mod:`.capture`)."""

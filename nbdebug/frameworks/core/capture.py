@@ -1,0 +1,124 @@
+"""The capture core: per-step state and step end, shared by the PyTorch and MindSpore adapters.
+
+An adapter subclasses :class:`Capture`, passes its framework's
+:class:`~nbdebug.frameworks.core.tensor_ops.TensorOps`, and calls the core from its hooks:
+:meth:`~.calls.Calls.module_call` / :meth:`~.calls.Calls.module_return` around a module call,
+:meth:`~.recording.Recording.slot` for an op's tensors, :meth:`~.calls.Calls.gradient` and
+:meth:`~.calls.Calls.parameter_gradient` in backward, :meth:`~.calls.Calls.optimizer_step` after the
+optimizer, :meth:`~.recording.Recording.emit_node` when a node completes and :meth:`end_step` at the step
+boundary. What the adapter adds is framework-specific only: how to hook, gradient probes, in-place
+snapshots before ops, interrupted calls, closing.
+
+>>> from nbdebug.frameworks.core.calls import parent_scope
+>>> parent_scope("encoder.layer.0")
+'encoder/layer'
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from ...session.session import Session
+from .calls import Calls
+from .recording import Recording
+from .records import arguments, outputs, user_stack
+
+LEVELS = ("L0", "L1", "mix")
+
+
+class Capture(Recording, Calls):
+    """Per-step capture state of one attached model and the step boundary."""
+
+    framework = ""
+    module_prefix = "Module"  # msProbe's prefix of module calls: "Module" (PyTorch), "Cell" (MindSpore)
+    framework_dir = "/"  # frames under this path are the framework's (left out of node stacks)
+
+    def __init__(self, ops: Any, level: str, session: Session, *, retain: bool, retain_copy: bool) -> None:
+        if level not in LEVELS:
+            raise ValueError(f"unknown level {level!r}; choose one of {', '.join(LEVELS)}")
+        self.ops = ops
+        self.level = level
+        self.session = session
+        self.capturing = True
+        self.busy = False
+        self.retain = retain
+        self.retain_copy = retain_copy
+        self.closed = False
+        #: optional observer of every completed node with its tensors and call (dump writers):
+        #: ``tap(node, [(slot, tensor), ...], (args, kwargs, output) or None)`` on the training thread
+        self.tap: Callable[[Any, list[tuple[str, Any]], tuple | None], None] | None = None
+        self.auto_step = True
+        self.section = "forward"
+        self.stack = functools.partial(user_stack, self.framework_dir)
+        tt = ops.tensor_type
+        self.arguments = functools.partial(arguments, tensor_type=tt)
+        self.outputs = functools.partial(outputs, tensor_type=tt)
+        self.version = ops.version  # the hot path's two calls into the framework, bound once
+        self.measure = ops.measure
+        self._scope: list[str] = []
+        self._open: list[str | None] = []  # node of each module call in progress (None: not a node)
+        self._lock = threading.RLock()
+        #: id(parameter) -> (weak reference, qualified name, owner path, owner class)
+        self._param_info: dict[int, tuple[Any, str, str, str]] = {}
+        #: id(buffer) -> (weak reference, qualified name): ``Constant`` nodes
+        self._buffer_info: dict[int, tuple[Any, str]] = {}
+        self.new_step_state()
+
+    def new_step_state(self) -> None:
+        self.buf = self.ops.new_buffer()
+        self._seen: dict[int, Any] = {}  # by id; a weak reference tells a reused id apart
+        self._counts: dict[Any, int] = {}
+        self._module_calls: dict[int, list[str]] = {}
+        self._bwd_started: set[str] = set()
+        self._done: set[str] = set()
+        self._tapped: dict[str, list[tuple[str, Any]]] = {}
+        self._inputs = 0
+        self._param_seen: set[int] = set()
+        self._opt_calls = 0
+        self._pgrad_calls: dict[tuple[str, str], int] = {}
+        self._pgrad_last: dict[str, tuple[str, str]] = {}
+        #: id(tensor) -> (ref to it, ref to the tensor it stands for): a module's alias of its input, the
+        #: result of an unrecorded call (weak both ways: nothing is kept alive for the graph's sake)
+        self._alias: dict[int, tuple[Any, Any]] = {}
+        self._root_args: set[int] = set()
+        self._unresolved: list[tuple[int, Any, str, int]] = []  # deferred metadata (recorder index, ...)
+        self._offers: list[tuple[tuple[str, str], Any, int]] = []  # retention offered once the size is known
+
+    # -- step boundary ----------------------------------------------------------------------------
+    def raw_rows(self) -> Any:
+        """The step's raw statistics rows (the session's ``raw_source``)."""
+        return self.buf.raw()
+
+    def closing_step(self) -> None:
+        """Framework work at the step boundary, before the session closes the step (hook handles ...)."""
+
+    def end_step(self) -> None:
+        with self._lock:
+            raw = self.raw_rows()
+            self.closing_step()
+            self.reset_calls()
+            self.session.end_step(raw)
+            self.new_step_state()
+        self.busy = True  # observers (watchpoints, control) run framework-free code; keep hooks quiet
+        try:
+            self.session.emit("step", self.session.step_index - 1)
+        finally:
+            self.busy = False
+
+    def reset_calls(self) -> None:
+        """No module call is in progress any more (step end, interrupted or ended thread)."""
+        self._scope.clear()
+        self._open.clear()
+        self.section = "forward"
+
+    def close_partial_step(self) -> bool:
+        """Close a step left partial (a thread ended or a call was interrupted); False when empty."""
+        if len(self.session.recorder) and not self.closed:
+            self.end_step()
+            return True
+        self.reset_calls()
+        return False
+

@@ -1,0 +1,177 @@
+"""Slot recording: one tensor of one node — statistics row, retention, producer and edge.
+
+This is the per-tensor hot path of both frameworks. A tensor already measured this step (the previous
+op's output is this op's input) reuses its row; otherwise the framework's
+:class:`~nbdebug.frameworks.core.tensor_ops.TensorOps` measures it. A tensor nobody produced this step
+gets an origin node: a parameter, a buffer (``Constant.*``), an argument of the outermost call
+(``Input.N``) — or, when it was computed inside a module call that records no ops at this level, that
+call (slot ``internal``): an ``Input`` node there would claim the model's data as the origin of a value
+the module computed.
+
+>>> from nbdebug.frameworks.core.records import Seen
+>>> Seen(None, 0, 3, "float32", None).row
+3
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+from .records import Seen, Size
+
+INTERNAL = "internal"  # producer slot of a value computed inside a module call without recorded ops
+
+
+class Recording:
+    """Mixin of :class:`~nbdebug.frameworks.core.capture.Capture`: the per-tensor part."""
+
+    def slot(self, node: Any, slot: str, t: Any, *, as_input: bool, copy: bool = False,
+             origin: bool = True, keep: bool = True) -> Seen:
+        """Record one tensor of ``node``: stats row (deduplicated), shape, retention, edge.
+
+        ``origin``: an input nobody produced gets an origin node (forward only); ``keep``: offer the
+        value for retention; ``copy``: retain a private copy (parameters)."""
+        tid = id(t)
+        ver = self.version(t)
+        seen = self._seen.get(tid)
+        if seen is None or seen.version != ver or seen.ref() is not t:
+            old = seen if seen is not None and seen.ref() is t else None
+            seen = self.measure(self.buf, t, ver)
+            if old is not None:  # modified in place by something not captured: same producer
+                seen.producer = old.producer
+            self._seen[tid] = seen
+        key = (node.name, slot)
+        rec = self.session.recorder
+        if seen.dtype is None:  # metadata settled at the next flush (resolve)
+            rec.add(key, seen.row, "", (), 0)
+            self._unresolved.append((rec.index[key], node, slot, seen.row))
+            node.shapes.setdefault(slot, ())
+        else:
+            rec.add(key, seen.row, seen.dtype, seen.shape, seen.count)
+            if seen.why is not None:
+                rec.unsupported[rec.index[key]] = seen.why
+            node.shapes[slot] = seen.shape
+            node.dtypes[slot] = seen.dtype
+        if self.tap is not None:
+            self._tapped.setdefault(node.name, []).append((slot, t))
+        if keep and seen.why is None:
+            pinned = node.name in self.session.pinned
+            if self.retain or pinned:  # retention (inline: the hot path)
+                store = self.session.store
+                handle = seen.handle
+                if handle is None:
+                    nbytes = seen.nbytes
+                    if nbytes is not None and not pinned and not store.fits(nbytes):
+                        store.offer(key, Size(nbytes))
+                        handle = None
+                    else:
+                        handle = seen.handle = self.ops.reference(t, seen, copy or self.retain_copy)
+                if handle is None:
+                    pass
+                elif seen.dtype is None:  # the size is known at the flush: offered then
+                    self._offers.append((key, handle, seen.row))
+                else:
+                    store.offer(key, handle, force=pinned)
+        if as_input:
+            if seen.producer is None and origin:
+                seen.producer = self.origin(t)
+            if seen.producer is not None:
+                self.session.graph.add_edge(seen.producer[0], node.name, seen.producer[1], slot)
+        return seen
+
+    def resolve(self, meta: dict[int, tuple]) -> None:
+        """Fill in deferred metadata (``meta[row] = (dtype, shape, count, why, nbytes)``) and offer the
+        values waiting for their size; rows not measured yet stay pending."""
+        rec = self.session.recorder
+        unresolved, self._unresolved = self._unresolved, []
+        offers, self._offers = self._offers, []
+        for item in unresolved:
+            i, node, slot, row = item
+            if row not in meta:  # queued by the training thread after this flush started
+                self._unresolved.append(item)
+                continue
+            dtype, shape, count, why, _ = meta[row]
+            node.shapes[slot] = shape
+            node.dtypes[slot] = dtype
+            if i < len(rec.rows) and rec.rows[i] == row:
+                rec.dtypes[i], rec.shapes[i], rec.counts[i] = dtype, shape, count
+                if why is not None:
+                    rec.unsupported[i] = why
+        store = self.session.store
+        for item in offers:
+            key, handle, row = item
+            if row not in meta:
+                self._offers.append(item)
+                continue
+            if not handle.nbytes:
+                handle.nbytes = meta[row][4]
+            store.offer(key, handle)
+
+    def alias(self, new: Any, old: Any) -> None:
+        """``new`` (an identity or view of ``old`` inserted by the capture) carries ``old``'s record, and
+        its origin is ``old``'s."""
+        seen = self._seen.get(id(old))
+        if seen is not None and seen.ref() is old:
+            self._seen[id(new)] = seen.alias(weakref.ref(new), self.version(new))
+        self._alias[id(new)] = (weakref.ref(new), weakref.ref(old))
+
+    def origin(self, t: Any) -> tuple[str, str]:
+        """The producer of a tensor nobody produced this step (see the module docstring)."""
+        alias = self._alias.get(id(t))
+        base = alias[1]() if alias is not None and alias[0]() is t else None
+        if base is not None:  # an alias of a tensor / an unrecorded call's result: that tensor's origin
+            seen = self._seen.get(id(base))
+            seen = seen if seen is not None and seen.ref() is base else None
+            if seen is not None and seen.producer is not None:
+                return seen.producer
+            producer = self.origin(base)
+            if seen is not None:
+                seen.producer = producer
+            return producer
+        info = self._param_info.get(id(t))
+        if info is not None and info[0]() is t:
+            return self.param_node(t, info), "output.0"
+        binfo = self._buffer_info.get(id(t))
+        s = self.session
+        if binfo is not None and binfo[0]() is t:
+            name = f"Constant.{binfo[1]}"
+            node = s.node(name, kind="constant", op_type="buffer", scope=self.scope_str())
+        else:
+            inner = self.open_call()
+            if inner is not None and id(t) not in self._root_args:
+                return inner, INTERNAL
+            name = f"Input.{self._inputs}"
+            self._inputs += 1
+            node = s.node(name, kind="input", op_type="input", scope="")
+        self.slot(node, "output.0", t, as_input=False)
+        return name, "output.0"
+
+    def param_node(self, p: Any, info: tuple) -> str:
+        """The ``Parameter.{qual}`` node, recorded at its first use in the step."""
+        qual, path = info[1], info[2]
+        name = f"Parameter.{qual}"
+        if id(p) not in self._param_seen:
+            self._param_seen.add(id(p))
+            node = self.session.node(name, kind="parameter", op_type="Parameter", scope=path.replace(".", "/"))
+            seen = self.slot(node, "output.0", p, as_input=False, copy=True)
+            seen.producer = (name, "output.0")
+        return name
+
+    def emit_node(self, node: Any, call: tuple | None = None) -> None:
+        """``node`` finished executing: its execution order is its completion order. ``call``:
+        ``(args, kwargs, output)`` of a forward call, for the tap (dump writers)."""
+        s = self.session
+        if self.tap is not None:
+            self.tap(node, self._tapped.pop(node.name, []), call)
+        if node.name in self._done:  # a node with several gradient slots completes once
+            return
+        self._done.add(node.name)
+        node.order = s.order
+        s.order += 1
+        if s.has_listeners("node"):
+            self.busy = True
+            try:
+                s.emit("node", node)
+            finally:
+                self.busy = False

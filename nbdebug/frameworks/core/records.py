@@ -1,0 +1,92 @@
+"""What the capture core knows of one tensor in a step, and how call arguments are named.
+
+A :class:`Seen` is one measurement of one tensor object (at one version where the framework has a
+version counter): its statistics row, metadata (``dtype`` None while the framework defers it), the
+retention handle offered for it and the node slot that produced it. The flatteners name a call's
+tensors as msProbe does (``input.0``, ``input.1.0``, ``output.0`` ...).
+
+>>> list(flatten(("a", ["b", "c"]), "input", str))
+[('input.0', 'a'), ('input.1.0', 'b'), ('input.1.1', 'c')]
+>>> list(outputs("t", tensor_type=str))
+[('output.0', 't')]
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+from ...session.store import NotRetainedError
+
+
+class Seen:
+    """One measured tensor of the step: row and metadata, retention handle, producer slot."""
+
+    __slots__ = ("ref", "version", "row", "dtype", "why", "shape", "count", "nbytes", "handle", "producer",
+                 "copy")
+
+    def __init__(self, ref: Any, version: int, row: int, dtype: str | None, why: str | None,
+                 shape: tuple[int, ...] = (), count: int = 0, nbytes: int | None = None, copy: Any = None) -> None:
+        self.ref, self.version, self.row, self.dtype, self.why = ref, version, row, dtype, why
+        self.shape, self.count, self.nbytes = shape, count, nbytes
+        self.handle: Any = None
+        self.producer: tuple[str, str] | None = None
+        #: a private copy taken when the tensor was measured (the framework could not trust a reference)
+        self.copy = copy
+
+    def alias(self, ref: Any, version: int) -> Seen:
+        """The same record for another tensor object holding the same value (an identity / view)."""
+        out = Seen(ref, version, self.row, self.dtype, self.why, self.shape, self.count, self.nbytes, self.copy)
+        out.handle, out.producer = self.handle, self.producer
+        return out
+
+
+class Size:
+    """A handle that only states a size (for a tensor refused for the memory budget)."""
+
+    __slots__ = ("nbytes",)
+
+    def __init__(self, nbytes: int) -> None:
+        self.nbytes = nbytes
+
+    def numpy(self):  # pragma: no cover - never stored
+        raise NotRetainedError("not retained")
+
+
+def flatten(obj: Any, prefix: str, tensor_type: Any) -> Iterator[tuple[str, Any]]:
+    """Flatten args/outputs into msProbe data names (``input.0``, ``output.1.0`` ...)."""
+    if isinstance(obj, tensor_type):
+        yield prefix, obj
+    elif isinstance(obj, (list, tuple)):
+        for i, item in enumerate(obj):
+            yield from flatten(item, f"{prefix}.{i}", tensor_type)
+    elif isinstance(obj, dict):
+        for k, item in obj.items():
+            yield from flatten(item, f"{prefix}.{k}", tensor_type)
+
+
+def outputs(obj: Any, prefix: str = "output", *, tensor_type: Any) -> Iterator[tuple[str, Any]]:
+    """Outputs are a list in msProbe's data names: a lone tensor is ``output.0``."""
+    return flatten((obj,) if isinstance(obj, tensor_type) else obj, prefix, tensor_type)
+
+
+def arguments(args: tuple, kwargs: dict | None, *, tensor_type: Any) -> Iterator[tuple[str, Any]]:
+    """A call's tensors: positional ``input.{i}``, keyword ``input.{name}``."""
+    for i, a in enumerate(args):
+        yield from flatten(a, f"input.{i}", tensor_type)
+    if kwargs:
+        for k, v in kwargs.items():
+            yield from flatten(v, f"input.{k}", tensor_type)
+
+
+def user_stack(framework_dir: str, limit: int = 8) -> list[str]:
+    """The caller's Python frames, innermost first, without the framework's and nbdebug's own frames."""
+    out: list[str] = []
+    f = sys._getframe(2)
+    while f is not None and len(out) < limit:
+        fn = f.f_code.co_filename
+        if framework_dir not in fn and "/nbdebug/frameworks/" not in fn and "/nbdebug/control/" not in fn:
+            out.append(f"File {fn}, line {f.f_lineno}, in {f.f_code.co_name}")
+        f = f.f_back
+    return out
