@@ -100,8 +100,8 @@ def test_the_import_scan_sees_both_kinds_of_import():
     found = {(s, d, top) for s, d, _l, top in imports()}
     assert ("nbdebug.debugger", "nbdebug.control", True) in found
     assert ("nbdebug.frameworks.torch.backend", "nbdebug.frameworks.torch.adapter", False) in found
-    assert ("nbdebug.frameworks.torch.stats", "nbdebug._fastats", False) in found or \
-        ("nbdebug.frameworks.torch.stats", "nbdebug._fastats", True) in found
+    assert ("nbdebug.frameworks.core.native", "nbdebug._fastats", False) in found or \
+        ("nbdebug.frameworks.core.native", "nbdebug._fastats", True) in found
 
 
 def test_each_part_imports_only_the_parts_beside_or_below_it():
