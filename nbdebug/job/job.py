@@ -25,10 +25,11 @@ NaN through the gradients' allreduce later in the same step.
 allreduce, a barrier); a rank paused alone would leave the others waiting in their next collective until
 the process group's timeout. So :meth:`Job.pause` asks every running rank to pause after the same step
 (the step the furthest rank is in), :meth:`Job.cont` resumes all of them (with ``steps``: up to the same
-step), :meth:`Job.terminate` ends all of them; when one rank pauses at a step boundary on its own (a
-watchpoint hit), the others are asked to pause after that step too (``sync=True``). A rank already inside
-the next step when asked waits in that step's first collective — stopped, not at a boundary — until the
-job continues. Node-level control (:meth:`Job.run_to`, :meth:`Job.next_node`) exists only for a
+step), :meth:`Job.terminate` ends all of them. When one rank pauses at a step boundary on its own (a
+watchpoint hit), the job lines the others up with it (``sync=True``): every rank pauses at the first
+boundary all of them can reach — after the hit's step, or after the next one when a rank was already inside
+it (waiting in its first collective), in which case the hit rank is resumed up to there; the hit keeps its
+step. Node-level control (:meth:`Job.run_to`, :meth:`Job.next_node`) exists only for a
 single-rank job.
 
 >>> from nbdebug.session.session import Session
@@ -41,6 +42,7 @@ single-rank job.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
@@ -81,6 +83,7 @@ class Job:
         self._views = {r: SourceView(s) for r, s in self._sources.items()}
         self._cache: dict[tuple[int, int], tuple[int, StepSummary]] = {}
         self._subs = []
+        self._lock = threading.RLock()  # one alignment of the ranks at a time
         if sync:
             for rank, view in self._views.items():
                 if view.live:
@@ -197,32 +200,46 @@ class Job:
         return {r: v for r, v in self._views.items() if v.live and v.state in ("running", "paused")}
 
     def pause(self) -> int | None:
-        """Ask every running rank to pause after the same step: the one the furthest rank is in. Returns
-        that step (None when no rank runs)."""
-        running = {r: v for r, v in self._live().items() if v.state == "running"}
-        if not running:
+        """Every rank pauses after the same step: the one the furthest rank is in, or has finished when paused
+        (a rank paused at an earlier boundary is resumed up to it). Returns that step (None when no rank
+        runs)."""
+        live = self._live().values()
+        if not any(v.state == "running" for v in live):
             return None
-        target = max(v.running_step for v in running.values())
-        for view in running.values():
-            _pause_after(view, target)
-        return target
+        with self._lock:
+            return self._align(max(_boundary(v) for v in live))
 
     def cont(self, steps: int | None = None) -> int | None:
         """Resume every rank: until a hit or the end (None), or ``steps`` more steps — every rank then
         pauses after the same step, which is returned."""
-        live = self._live()
         if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
             raise ValueError(f"steps must be a positive int or None, got {steps!r}")
-        target = None
-        if steps is not None and live:
-            target = max(v.running_step for v in live.values()) + steps - 1
-        for view in live.values():
-            if hasattr(view.obj, "pause_after"):
-                view.command("pause_after", target)
+        live = self._live()
+        if steps is not None:
+            with self._lock:
+                return self._align(max(v.running_step for v in live.values()) + steps - 1) if live else None
+        with self._lock:
+            for view in live.values():
+                _pause_after(view, None)
                 if view.state == "paused":
                     view.command("cont")
-            else:
-                view.command("cont", None if target is None else max(1, target - view.running_step + 1))
+        return None
+
+    def _align(self, target: int) -> int:
+        """Ask every live rank to pause after step ``target``, resuming those paused before it; when a rank
+        slipped past ``target`` meanwhile (it finished the step between the reading and the request), the
+        target moves to its step and the request is made again."""
+        for _ in range(16):
+            for view in self._live().values():
+                if view.state == "paused" and view.running_step <= target:
+                    _pause_after(view, target, resume=True)
+                elif view.state == "running":
+                    _pause_after(view, target)
+            late = [v.running_step for v in self._live().values()
+                    if v.state == "running" and v.running_step > target]
+            if not late:
+                break
+            target = max(late)
         return target
 
     def terminate(self) -> None:
@@ -250,14 +267,19 @@ class Job:
         return live[0]
 
     def _rank_state(self, rank: int) -> None:
-        """A rank paused at a step boundary on its own: the others pause after the same step."""
+        """A rank paused at a step boundary on its own (a watchpoint hit): line the others up with it — on
+        another thread, as this runs inside the pausing rank's state change."""
         view = self._views[rank]
-        if view.state != "paused" or view.current_node is not None:
-            return
-        done = view.running_step - 1
-        for r, other in self._live().items():
-            if r != rank and other.state == "running":
-                _pause_after(other, done)
+        if view.state != "paused" or view.current_node is not None or view.running_step < 1:
+            return  # running, paused inside a step, or waiting before the first node
+        threading.Thread(target=self._line_up, name="nbdebug-job-sync", daemon=True).start()
+
+    def _line_up(self) -> None:
+        with self._lock:
+            live = self._live().values()
+            stopped = any(v.state == "paused" and v.current_node is None for v in live)
+            if stopped and len({(_boundary(v), v.state) for v in live}) > 1:  # (the job may have gone on since)
+                self._align(max(_boundary(v) for v in live))
 
     # -- display ----------------------------------------------------------------------------------
     def panel(self) -> Any:
@@ -297,10 +319,17 @@ def _origin(src: Any, step: int) -> tuple[str, str, int] | None:
     return first_nonfinite(src.session, step)
 
 
-def _pause_after(view: SourceView, step: int | None) -> None:
-    """``view`` pauses after ``step`` (None: forget a pending boundary); a source without ``pause_after``
-    gets the equivalent step count."""
+def _boundary(view: SourceView) -> int:
+    """The first step boundary ``view`` can pause at: the step it runs, or the one it paused after."""
+    return view.running_step - int(view.state == "paused" and view.current_node is None)
+
+
+def _pause_after(view: SourceView, step: int | None, resume: bool = False) -> None:
+    """``view`` pauses after ``step`` (None: forget a pending boundary), resumed first when ``resume``; a
+    source without ``pause_after`` gets the equivalent step count."""
     if hasattr(view.obj, "pause_after"):
         view.command("pause_after", step)
-    elif step is not None and view.state == "running":
+        if resume:
+            view.command("cont")
+    elif step is not None:
         view.command("cont", max(1, step - view.running_step + 1))

@@ -93,7 +93,8 @@ def summarize_table(table: Any, *, rank: int, step: int, origin: tuple[str, str]
     counts = v[:, COL["count"]]
     for i in range(n - 1, -1, -1):
         node, slot = table.keys[i]
-        if counts[i] == 1 and not slot.startswith(_INPUT_SLOTS) and (computed_forward is None or computed_forward(node)):
+        if counts[i] == 1 and not slot.startswith(_INPUT_SLOTS) and (
+                computed_forward is None or computed_forward(node)):
             loss = float(v[i, COL["mean"]])
             break
     where = None
