@@ -55,7 +55,7 @@ def _train(models, steps, faults=(), same_data=False):
     opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in models]
     gens = [torch.Generator().manual_seed(0 if same_data else 100 + r) for r in range(len(models))]
     for step in range(steps):
-        for r, (m, opt) in enumerate(zip(models, opts)):
+        for r, (m, opt) in enumerate(zip(models, opts, strict=True)):
             m.fault.armed = (r, step, "fault") in faults
             m.late.armed = (r, step, "late") in faults
             opt.zero_grad()
@@ -186,7 +186,7 @@ def test_control_pauses_every_rank_after_the_same_step(job3):
     barrier = threading.Barrier(3)
     log = []
     train = _collective_training(models, barrier, log)
-    for r, (m, d) in enumerate(zip(models, dbgs)):
+    for r, (m, d) in enumerate(zip(models, dbgs, strict=True)):
         d.run(train, r, m, paused=True)
     job = Job(dict(enumerate(dbgs)))
     assert job.live
@@ -246,7 +246,7 @@ def test_a_rank_pausing_on_a_hit_lines_the_others_up(job3):
         train(r, m)
 
     job = Job(dict(enumerate(dbgs)))
-    for r, (m, d) in enumerate(zip(models, dbgs)):
+    for r, (m, d) in enumerate(zip(models, dbgs, strict=True)):
         d.run(train1 if r == 1 else train, r, m)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and not all(str(d.state) == "paused" for d in dbgs):
