@@ -90,11 +90,9 @@ def summarize_table(table: Any, *, rank: int, step: int, origin: tuple[str, str]
     ext = ext[np.isfinite(ext)]
     max_abs = float(ext.max()) if ext.size else None
     loss = None
-    counts = v[:, COL["count"]]
-    for i in range(n - 1, -1, -1):
+    for i in np.flatnonzero(v[:, COL["count"]] == 1)[::-1]:  # scalars, last first
         node, slot = table.keys[i]
-        if counts[i] == 1 and not slot.startswith(_INPUT_SLOTS) and (
-                computed_forward is None or computed_forward(node)):
+        if not slot.startswith(_INPUT_SLOTS) and (computed_forward is None or computed_forward(node)):
             loss = float(v[i, COL["mean"]])
             break
     where = None
