@@ -261,7 +261,7 @@ class ComparePanel:
             for v, w in ((r.cosine, "7%"), (r.max_abs_err, "8%"), (r.max_rel_err, "8%"), (r.one_thousandth, "7%"),
                          (rel, "8%")):
                 cells.append(W.Label(_num(v), layout=W.Layout(width=w)))
-            box = W.HBox([b, *cells], layout=W.Layout(width="100%"))
+            box = W.HBox([b, *cells], layout=W.Layout(width="100%", flex="0 0 auto"))  # never squeezed by the table
             box.add_class("nbdebug-compare-row")
             box.add_class(f"nbdebug-compare-{r.status}")
             if r is self.selected:

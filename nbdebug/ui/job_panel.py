@@ -219,5 +219,7 @@ def overview_html(job: Any, first: Any = None, last: int = OVERVIEW_STEPS) -> st
             cells.append(f"<td style='background:{bg};{edge}' title='non-finite tensors · max |x|'>"
                          f"{sm.nonfinite_tensors} · {mag}</td>")
         body.append(f"<tr data-rank='{r}'>{''.join(cells)}</tr>")
-    return (f"<table style='border-collapse:collapse;font-size:12px'><tr>{head}</tr>{''.join(body)}</table>"
-            if steps else "<i>no finished step yet</i>")
+    if not steps:
+        return "<i>no finished step yet</i>"
+    return (f"<table cellpadding='3' style='border-collapse:collapse;font-size:12px'><tr>{head}</tr>"
+            f"{''.join(body)}</table>")
