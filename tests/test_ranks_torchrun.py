@@ -1,8 +1,8 @@
 """A real ``torchrun`` job (gloo backend, CPU, 2 and 4 ranks) debugged offline from its per-rank dumps.
 
-``tests/ranks_train.py`` trains a small model under DDP with one ``nbdebug.Debugger`` per rank dumping
-``step{N}/rank{R}`` (tensor task); rank ``NAN_RANK`` produces NaN in its ``fault`` module at step 3. The
-loaded dump must be one job: that rank and node first at step 3, NaN reaching every rank's parameters
+``tests/ranks_train.py`` trains a small model under DDP with one ``nbdebug.Debugger`` (4 ranks) or msProbe's
+``PrecisionDebugger`` API (2 ranks) per rank dumping ``step{N}/rank{R}`` (tensor task); rank ``NAN_RANK``
+produces NaN in its ``fault`` module at step 3. The loaded dump must be one job: that rank and node first at step 3, NaN reaching every rank's parameters
 through the gradient allreduce one step later, per-rank hits, and a compare of two clean ranks showing what
 DDP guarantees — identical parameters on every rank, different activations (each rank its own data), and
 each rank's update being the step's *average* gradient.
@@ -34,21 +34,21 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _torchrun(nproc: int, dump: str, nan_rank: int) -> list[dict]:
+def _torchrun(nproc: int, dump: str, nan_rank: int, tool: str) -> list[dict]:
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
     cmd = ["timeout", "240", sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
            "--master-addr", "127.0.0.1", "--master-port", str(_free_port()), SCRIPT, dump, str(nan_rank),
-           str(NAN_STEP), str(STEPS)]
+           str(NAN_STEP), str(STEPS), tool]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, (f"torchrun failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n"
                                   f"{proc.stderr[-5000:]}")
     return [json.loads(line[len("RESULT "):]) for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
 
 
-@pytest.mark.parametrize("nproc,nan_rank", [(2, 1), (4, 2)])
-def test_torchrun_job(tmp_path, nproc, nan_rank):
+@pytest.mark.parametrize("nproc,nan_rank,tool", [(2, 1, "precision"), (4, 2, "debugger")])
+def test_torchrun_job(tmp_path, nproc, nan_rank, tool):
     dump = str(tmp_path / "dump")
-    results = _torchrun(nproc, dump, nan_rank)
+    results = _torchrun(nproc, dump, nan_rank, tool)
     assert sorted(r["rank"] for r in results) == list(range(nproc))
     assert all(r["world"] == nproc for r in results)
     for step in range(STEPS):  # msProbe's layout, one folder per rank
