@@ -2,10 +2,10 @@
 
 ``tests/ranks_train.py`` trains a small model under DDP with one ``nbdebug.Debugger`` (4 ranks) or msProbe's
 ``PrecisionDebugger`` API (2 ranks) per rank dumping ``step{N}/rank{R}`` (tensor task); rank ``NAN_RANK``
-produces NaN in its ``fault`` module at step 3. The loaded dump must be one job: that rank and node first at step 3, NaN reaching every rank's parameters
-through the gradient allreduce one step later, per-rank hits, and a compare of two clean ranks showing what
-DDP guarantees — identical parameters on every rank, different activations (each rank its own data), and
-each rank's update being the step's *average* gradient.
+produces NaN in its ``fault`` module at step 3. The loaded dump must be one job: that rank and node first at
+step 3, NaN reaching every rank's parameters through the gradient allreduce one step later, per-rank hits, and
+a compare of two clean ranks showing what DDP guarantees — identical parameters on every rank, different
+activations (each rank its own data), and each rank's update being the step's *average* gradient.
 """
 
 from __future__ import annotations
