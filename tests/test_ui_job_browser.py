@@ -4,9 +4,8 @@ and a rank-vs-rank compare. The kernel's log shows no traceback meanwhile."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-import pytest
 
 if TYPE_CHECKING:
     from browser import LabPage
@@ -15,37 +14,17 @@ NB = ".jp-NotebookPanel:not(.lm-mod-hidden)"
 JOB = f"{NB} .nbdebug-job-panel"
 FAULT = "Module.fault.Fault.forward.0"
 
+TESTS = Path(__file__).resolve().parent
 CELLS = [
-    """\
-import torch, nbdebug
+    f"""\
+import sys
+sys.path.insert(0, {str(TESTS)!r})
+from test_job import _ranks, _train  # tiny models with a fault module; one Debugger each
 from nbdebug.job import Job
 
-class Fault(torch.nn.Module):
-    armed = False
-    def forward(self, x):
-        return torch.sqrt(x - 10.0) if self.armed else x
-
-class Net(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc1, self.act = torch.nn.Linear(4, 8), torch.nn.Tanh()
-        self.fault, self.fc2 = Fault(), torch.nn.Linear(8, 1)
-    def forward(self, x):
-        return self.fc2(self.fault(self.act(self.fc1(x))))
-
-torch.manual_seed(0)
-models = [Net() for _ in range(3)]
-for m in models[1:]:
-    m.load_state_dict(models[0].state_dict())
-dbgs = [nbdebug.Debugger(m, level="L0") for m in models]
+models, dbgs = _ranks(3)
 dbgs[1].watch("TO")
-opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in models]
-for step in range(4):
-    for r, (m, opt) in enumerate(zip(models, opts)):
-        m.fault.armed = (r, step) == (1, 2)
-        opt.zero_grad()
-        m(torch.randn(6, 4)).pow(2).mean().backward()
-        opt.step()""",
+_train(models, 4, faults={{(1, 2, "fault")}})""",
     """\
 job = Job(dict(enumerate(dbgs)))
 jp = job.panel()
@@ -53,20 +32,11 @@ jp""",
 ]
 
 
-@pytest.fixture(autouse=True)
-def built_extension() -> Any:
-    from browser import labextension_build
-
-    return labextension_build()
-
-
 def facts(lab: LabPage) -> dict[str, Any]:
     return lab.page.evaluate("""(sel) => {
-        const p = document.querySelector(sel);
-        if (!p) return null;
-        const t = c => { const e = p.querySelector(c); return e ? e.textContent.trim() : null; };
-        const sel_ = p.querySelector('.nbdebug-rank-select select');
-        return {first: t('.nbdebug-job-first'), rank: sel_ ? sel_.value : null,
+        const p = document.querySelector(sel), text = c => (p.querySelector(c) || {}).textContent;
+        const t = c => text(c) === undefined ? null : text(c).trim();
+        return {first: t('.nbdebug-job-first'), rank: p.querySelector('.nbdebug-rank-select select').value,
                 hits: t('.nbdebug-panel .nbdebug-hit-count'), panels: p.querySelectorAll('.nbdebug-panel').length,
                 overviewRows: p.querySelectorAll('.nbdebug-job-overview tr[data-rank]').length,
                 compare: t('.nbdebug-job-compare-box .nbdebug-compare-summary')};
@@ -74,14 +44,16 @@ def facts(lab: LabPage) -> dict[str, Any]:
 
 
 def test_job_panel_in_jupyterlab(lab_page: LabPage) -> None:
+    from browser import labextension_build
+
+    labextension_build()  # the graph view loads the built front end
     lab = lab_page
     lab.server.write_notebook("job.ipynb", CELLS)
     lab.open_notebook("job.ipynb")
     start = lab.server.log_path.stat().st_size
-    lab.run_cell(0)
-    lab.run_cell(1)
+    lab.run_all()  # training, then the job's panel
     lab.wait_until("(sel) => !!document.querySelector(sel + ' .nbdebug-panel .nbdebug-hit-count')", arg=JOB,
-                   timeout=60)
+                   timeout=120)
     f = facts(lab)
     assert f["first"] == f"first non-finite: rank 1, node {FAULT}, step 2", f
     assert f["rank"] == "rank 0" and f["hits"] == "0" and f["panels"] == 1 and f["overviewRows"] == 3, f
