@@ -260,3 +260,30 @@ def test_a_rank_pausing_on_a_hit_lines_the_others_up(job3):
     assert _wait_all(dbgs) == ["finished"] * 3
     assert not any(d.error for d in dbgs)
     job.close()
+
+
+def test_control_handed_to_a_group_controller(job3):
+    """Ranks that are already steered together (remote processes behind one listener) get the job's
+    commands through that controller, once, instead of rank by rank."""
+    _models, dbgs = job3
+    calls = []
+
+    class Group:
+        def pause_all(self):
+            calls.append("pause")
+            return 7
+
+        def cont_all(self, steps=None):
+            calls.append(("cont", steps))
+
+        def terminate_all(self):
+            calls.append("terminate")
+
+    job = Job(dict(enumerate(dbgs)), control=Group())
+    assert job.pause() == 7
+    job.cont(2)
+    job.terminate()
+    assert calls == ["pause", ("cont", 2), "terminate"]
+    assert all(str(d.state) == "idle" for d in dbgs)  # nothing went to the ranks themselves
+    with pytest.raises(TypeError, match="pause_all"):
+        Job(dict(enumerate(dbgs)), control=object())

@@ -67,11 +67,13 @@ class NonFinite(NamedTuple):
 class Job:
     """The ranks of one job (``{rank: source}``); see the module docstring.
 
-    ``sync``: when a live rank pauses at a step boundary by itself, ask the other ranks to pause after the
-    same step.
+    ``sync``: when a live rank pauses at a step boundary by itself, line the other ranks up with it.
+    ``control``: an object that already steers the ranks together — ``pause_all()``, ``cont_all(steps)``,
+    ``terminate_all()``, e.g. the listener of remote ranks, whose processes pause at a step themselves —
+    to which :meth:`pause`, :meth:`cont` and :meth:`terminate` are handed (``sync`` is then its business).
     """
 
-    def __init__(self, sources: Mapping[int, Any], *, sync: bool = True) -> None:
+    def __init__(self, sources: Mapping[int, Any], *, sync: bool = True, control: Any = None) -> None:
         if not isinstance(sources, Mapping) or not sources:
             raise ValueError("a Job needs a non-empty mapping {rank: source}")
         srcs: dict[int, Any] = {}
@@ -84,7 +86,12 @@ class Job:
         self._cache: dict[tuple[int, int], tuple[int, StepSummary]] = {}
         self._subs = []
         self._lock = threading.RLock()  # one alignment of the ranks at a time
-        if sync:
+        self.control = control
+        if control is not None and not all(callable(getattr(control, m, None))
+                                           for m in ("pause_all", "cont_all", "terminate_all")):
+            raise TypeError(f"control needs pause_all(), cont_all(steps) and terminate_all(); got "
+                            f"{type(control).__name__}")
+        if sync and control is None:
             for rank, view in self._views.items():
                 if view.live:
                     self._subs.append(view.on("state", lambda _s, rank=rank: self._rank_state(rank)))
@@ -203,6 +210,8 @@ class Job:
         """Every rank pauses after the same step: the one the furthest rank is in, or has finished when paused
         (a rank paused at an earlier boundary is resumed up to it). Returns that step (None when no rank
         runs)."""
+        if self.control is not None:
+            return self.control.pause_all()
         live = self._live().values()
         if not any(v.state == "running" for v in live):
             return None
@@ -214,6 +223,9 @@ class Job:
         pauses after the same step, which is returned."""
         if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
             raise ValueError(f"steps must be a positive int or None, got {steps!r}")
+        if self.control is not None:
+            self.control.cont_all(steps)
+            return None
         live = self._live()
         if steps is not None:
             with self._lock:
@@ -246,6 +258,9 @@ class Job:
         """End training on every rank (cleanly when they are paused at the same boundary; a running rank
         unwinds at its next node, and peers waiting for it in a collective fail at the process group's
         timeout)."""
+        if self.control is not None:
+            self.control.terminate_all()
+            return
         for view in self._live().values():
             view.command("terminate")
 
