@@ -278,6 +278,7 @@ class OfflineSession:
         #: ``rank label -> OfflineSession`` loader of the dump's other ranks (set by ``nbdebug.load``)
         self.rank_loader: Callable[[str], OfflineSession] | None = None
         self._rank_sessions: dict[int, OfflineSession] = {}
+        self._job: Any = None
 
     # -- what was loaded ----------------------------------------------------------------------------
     @property
@@ -318,8 +319,10 @@ class OfflineSession:
         summaries, rank-vs-rank compare, the job panel); a dump without ranks is a job of rank 0."""
         from .job import Job
 
-        ranks = self.ranks or [0]
-        return Job({r: self.rank(r) if self.ranks else self for r in ranks})
+        if self._job is None:
+            ranks = self.ranks or [0]
+            self._job = Job({r: self.rank(r) if self.ranks else self for r in ranks})
+        return self._job
 
     @property
     def step_index(self) -> int:

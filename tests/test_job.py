@@ -287,3 +287,25 @@ def test_control_handed_to_a_group_controller(job3):
     assert all(str(d.state) == "idle" for d in dbgs)  # nothing went to the ranks themselves
     with pytest.raises(TypeError, match="pause_all"):
         Job(dict(enumerate(dbgs)), control=object())
+
+
+def test_summaries_outlive_the_stats_window():
+    """A job that follows live ranks summarises each step as it ends: the first non-finite step is still
+    answered after the Debuggers dropped its statistics (``stats_window=2``)."""
+    torch.manual_seed(0)
+    models = [Net() for _ in range(2)]
+    models[1].load_state_dict(models[0].state_dict())
+    dbgs = [nbdebug.Debugger(m, level="L0", stats_window=2) for m in models]
+    try:
+        job = Job(dict(enumerate(dbgs)))
+        _train(models, 6, faults={(1, 1, "fault")})
+        assert sorted(dbgs[1].session.steps) == [4, 5]  # step 1's statistics are gone
+        first = job.first_nonfinite()
+        assert (first.rank, first.node, first.step) == (1, FAULT, 1)
+        assert job.steps == list(range(6)) and job.summary(0, 0).nonfinite_tensors == 0
+        late = Job(dict(enumerate(dbgs)))  # a job made afterwards sees only what the ranks still hold
+        assert late.steps == [4, 5] and late.first_nonfinite().step == 4
+        job.close()
+    finally:
+        for d in dbgs:
+            d.close()

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any, NamedTuple
 
 from ..ui.source import SourceView, as_source
@@ -83,7 +84,7 @@ class Job:
             srcs[rank] = as_source(src)
         self._sources = dict(sorted(srcs.items()))
         self._views = {r: SourceView(s) for r, s in self._sources.items()}
-        self._cache: dict[tuple[int, int], tuple[int, StepSummary]] = {}
+        self._cache: dict[tuple[int, int], StepSummary] = {}
         self._subs = []
         self._lock = threading.RLock()  # one alignment of the ranks at a time
         self.control = control
@@ -91,10 +92,12 @@ class Job:
                                            for m in ("pause_all", "cont_all", "terminate_all")):
             raise TypeError(f"control needs pause_all(), cont_all(steps) and terminate_all(); got "
                             f"{type(control).__name__}")
-        if sync and control is None:
-            for rank, view in self._views.items():
-                if view.live:
-                    self._subs.append(view.on("state", lambda _s, rank=rank: self._rank_state(rank)))
+        for rank, view in self._views.items():
+            if not view.live:
+                continue
+            self._subs.append(view.on("step", lambda _s, rank=rank: self._summarize_new(rank)))
+            if sync and control is None:
+                self._subs.append(view.on("state", lambda _s, rank=rank: self._rank_state(rank)))
 
     # -- what it is -------------------------------------------------------------------------------
     @property
@@ -119,8 +122,8 @@ class Job:
 
     @property
     def steps(self) -> list[int]:
-        """Every finished step some rank has statistics for, ascending."""
-        out: set[int] = set()
+        """Every finished step some rank has statistics or a summary for, ascending."""
+        out = {step for _rank, step in self._cache}
         for src in self._sources.values():
             out.update(getattr(src.session, "steps", {}) or {})
         return sorted(out)
@@ -136,15 +139,20 @@ class Job:
         return {r: count_hits(h) for r, h in self.hits.items()}
 
     def summary(self, rank: int, step: int) -> StepSummary | None:
-        """``rank``'s :class:`StepSummary` of ``step`` (None when that rank has no statistics for it)."""
+        """``rank``'s :class:`StepSummary` of ``step`` (None when that rank has no statistics for it).
+
+        A summary outlives its statistics: a live rank's steps are summarised as they finish, so the job
+        still answers for steps that have left the Debugger's ``stats_window``."""
         src = self.source(rank)
         own = getattr(src, "step_summary", None)
         if own is not None:  # a remote rank sends its summaries
             return own(step)
-        hits = [h for h in src.hits if h.step == step]
+        hits = count_hits(h for h in src.hits if h.step == step)
         cached = self._cache.get((rank, step))
-        if cached is not None and cached[0] == len(hits):
-            return cached[1]
+        if cached is not None:  # a step's statistics never change; its hits may (a new watchpoint)
+            if cached.hits != hits:
+                cached = self._cache[(rank, step)] = replace(cached, hits=hits)
+            return cached
         session = src.session
         if step not in (getattr(session, "steps", {}) or {}):
             return None
@@ -154,11 +162,16 @@ class Job:
             return None
         found = _origin(src, step)
         nodes = session.graph.nodes
-        out = summarize_table(table, rank=rank, step=step, origin=found[:2] if found else None,
-                              hits=count_hits(hits),
+        out = summarize_table(table, rank=rank, step=step, origin=found[:2] if found else None, hits=hits,
                               computed_forward=lambda n: _computed_forward(nodes.get(n)))
-        self._cache[(rank, step)] = (len(hits), out)
+        self._cache[(rank, step)] = out
         return out
+
+    def _summarize_new(self, rank: int) -> None:
+        """A live rank finished a step: summarise the steps it holds that have no summary yet."""
+        steps = getattr(self._sources[rank].session, "steps", {}) or {}
+        for step in [s for s in list(steps) if (rank, s) not in self._cache]:
+            self.summary(rank, step)
 
     def overview(self, steps: Iterable[int] | None = None) -> dict[int, dict[int, StepSummary]]:
         """``{step: {rank: StepSummary}}`` over ``steps`` (default: every step)."""
