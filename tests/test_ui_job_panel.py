@@ -100,8 +100,12 @@ def test_job_panel_controls_every_rank():
         p = JobPanel(Job(dict(enumerate(dbgs))))
         assert set(p.buttons) == {"pause", "cont", "step", "terminate"}
         assert p.panel.controls.widget.layout.display == "none"
+        assert "no finished step yet" in p.overview.value
         p.buttons["step"].click()
         assert _wait_all(dbgs) == ["paused", "paused"] and [d.step_index for d in dbgs] == [1, 1]
+        p.flush()  # in a kernel the ranks' step events redraw the bar by themselves
+        assert "<th>step 0</th>" in p.overview.value and p.first.value == "first non-finite: none"
+        assert p.compare_step.options == (("0", 0),)
         p.buttons["terminate"].click()
         assert _wait_all(dbgs) == ["terminated", "terminated"]
         p.flush()

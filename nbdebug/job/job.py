@@ -43,6 +43,7 @@ single-rank job.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any, NamedTuple
@@ -50,6 +51,9 @@ from typing import Any, NamedTuple
 from ..ui.source import SourceView, as_source
 from ..watch.watchpoints import HitRecord, count_hits
 from .summary import StepSummary, summarize_table
+
+#: seconds a rank that just finished the target step gets to pause there before it counts as past it
+SETTLE_S = 0.5
 
 
 class NonFinite(NamedTuple):
@@ -252,20 +256,30 @@ class Job:
 
     def _align(self, target: int) -> int:
         """Ask every live rank to pause after step ``target``, resuming those paused before it; when a rank
-        slipped past ``target`` meanwhile (it finished the step between the reading and the request), the
-        target moves to its step and the request is made again."""
+        is found past ``target`` (it finished the step between the reading and the request), the target
+        moves to its step and the request is made again."""
         for _ in range(16):
             for view in self._live().values():
                 if view.state == "paused" and view.running_step <= target:
                     _pause_after(view, target, resume=True)
                 elif view.state == "running":
                     _pause_after(view, target)
-            late = [v.running_step for v in self._live().values()
-                    if v.state == "running" and v.running_step > target]
+            late = self._past(target)
             if not late:
                 break
             target = max(late)
         return target
+
+    def _past(self, target: int) -> list[int]:
+        """The running steps of running ranks past ``target``. A rank whose step counter already reads
+        ``target + 1`` may still be at the end of ``target``, about to pause there: it gets
+        :data:`SETTLE_S` seconds to do so before it counts as past."""
+        end = time.monotonic() + SETTLE_S
+        while True:
+            late = [v.running_step for v in self._live().values() if v.state == "running" and v.running_step > target]
+            if not late or time.monotonic() >= end:
+                return late
+            time.sleep(0.005)
 
     def terminate(self) -> None:
         """End training on every rank (cleanly when they are paused at the same boundary; a running rank
@@ -303,11 +317,10 @@ class Job:
         threading.Thread(target=self._line_up, name="nbdebug-job-sync", daemon=True).start()
 
     def _line_up(self) -> None:
-        with self._lock:
-            live = self._live().values()
-            stopped = any(v.state == "paused" and v.current_node is None for v in live)
-            if stopped and len({(_boundary(v), v.state) for v in live}) > 1:  # (the job may have gone on since)
-                self._align(max(_boundary(v) for v in live))
+        with self._lock:  # (the job may have gone on since the pause that asked for this)
+            stopped = [v for v in self._live().values() if v.state == "paused" and v.current_node is None]
+            if stopped:
+                self._align(max(_boundary(v) for v in stopped))
 
     # -- display ----------------------------------------------------------------------------------
     def panel(self) -> Any:
