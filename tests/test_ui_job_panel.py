@@ -75,7 +75,13 @@ def test_offline_job_panel_from_a_multi_rank_dump(tmp_path):
     root = str(tmp_path / "dump")
     _rank_dump(root, dirs)
     off = nbdebug.load(root)
-    assert off.ranks == [0, 1]
+    assert off.ranks == [0, 1] and off.rank(0) is off and off.job is off.job
+    with pytest.raises(KeyError, match="no rank 5"):
+        off.rank(5)
+    one = nbdebug.load(root, rank=1)  # loaded as rank 1: its job holds it for rank 1, and loads rank 0
+    assert one.job.source(1) is one and one.job.source(0).meta["rank"] == "rank0"
+    single = nbdebug.load(os.path.join(root, "step0", "rank1"))  # one rank folder: a job of that rank
+    assert single.ranks == [1] and single.job.ranks == [1]
     p = off.job.panel()
     try:
         assert p.first.value == f"first non-finite: rank 1, node {FAULT}, step 1"
