@@ -277,7 +277,7 @@ class Job:
         end = time.monotonic() + SETTLE_S
         while True:
             late = [v.running_step for v in self._live().values() if v.state == "running" and v.running_step > target]
-            if not late or time.monotonic() >= end:
+            if not late or max(late) > target + 1 or time.monotonic() >= end:  # none, or one surely past
                 return late
             time.sleep(0.005)
 
