@@ -56,6 +56,12 @@ def test_job_panel_in_jupyterlab(lab_page: LabPage) -> None:
                    timeout=120)
     f = facts(lab)
     assert f["first"] == f"first non-finite: rank 1, node {FAULT}, step 2", f
+    # its static snapshot (for the saved notebook) is in the page, hidden while the widget is drawn
+    hidden = lab.page.evaluate("""() => {
+        const s = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .nbdebug-job-snapshot');
+        return s ? s.getBoundingClientRect().height === 0 : null;
+    }""")
+    assert hidden is True, hidden
     assert f["rank"] == "rank 0" and f["hits"] == "0" and f["panels"] == 1 and f["overviewRows"] == 3, f
 
     # the user picks rank 1 in the selector: the panel below is rank 1's (its watchpoint hits)

@@ -47,6 +47,11 @@ def test_rank_selector_switches_every_view(trained):
         assert p.rank == 1 and p.rank_select.value == 1 and p.panel.selected == FAULT
         p.panel.view(FAULT, "output.0")  # the tensor view reads rank 1's value
         assert p.panel.tensor_view.node == FAULT and p.panel.tensor_view.source.obj is dbgs[1]
+        saved = p.snapshot_html()  # what a saved notebook shows without a kernel
+        assert "nbdebug-job-snapshot" in saved and "<b>Rank 1</b>" in saved and FAULT in saved
+        assert "first non-finite: rank 1" in saved and "class=\"nbdebug-snapshot\"" in saved
+        p._ipython_display_()  # the widget, then its snapshot (a display handle kept current)
+        assert len(p._snapshots) == 1
         cp = p.compare(2, 0, 0)  # step 0: the same initial weights (these ranks never allreduce)
         assert p.compare_box.children == (cp.widget,) and "rank 2" in cp.summary.value
         assert all(r.status == "pass" for r in cp.result.rows if r.target.startswith("Parameter."))

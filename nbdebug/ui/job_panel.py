@@ -15,6 +15,10 @@ Above the usual :class:`~nbdebug.ui.panel.Panel` of the chosen rank, one bar:
 * a rank-vs-rank compare (``nbdebug-job-compare-a``, ``-b``, ``-step``, ``nbdebug-job-compare``): the
   two-run compare panel over two ranks' same step (``nbdebug-job-compare-box`` holds it).
 
+Displayed, it is followed by its static snapshot (``nbdebug-job-snapshot``: the first non-finite line, the
+overview and the shown rank's panel snapshot), kept current and hidden while the widget is drawn, so a saved
+notebook shows the job without a kernel.
+
 >>> from nbdebug.session.session import Session
 >>> from nbdebug.offline import OfflineSession
 >>> from nbdebug.job import Job
@@ -26,13 +30,15 @@ Above the usual :class:`~nbdebug.ui.panel.Panel` of the chosen rank, one bar:
 from __future__ import annotations
 
 import html
+import time
 import traceback
 import weakref
 from typing import Any
 
 import ipywidgets as w
 
-from .panel import Panel
+from .panel import SNAPSHOT_SECONDS, Panel
+from .snapshot import snapshot_html
 from .source import EVENTS, SourceView
 from .throttle import _AUTO, Coalescer
 
@@ -80,6 +86,8 @@ class JobPanel(w.VBox):
         self.compare_box = w.VBox([])
         self.compare_box.add_class("nbdebug-job-compare-box")
         self.compare_panel: Any = None
+        self._snapshots: list[Any] = []  # display handles of the static snapshots
+        self._snapshot_at = 0.0
         self.panel: Panel | None = None
         self.rank: int | None = None
         bar = w.HBox([self.rank_select, self.first, self.first_button, *self.buttons.values()],
@@ -132,6 +140,8 @@ class JobPanel(w.VBox):
         self.children = [self._bar, panel]
         if old is not None:
             old.close()
+        self._snapshot_at = 0.0  # the saved state follows the rank shown
+        self._update_snapshot()
         return panel
 
     def show_first(self) -> Any:
@@ -160,6 +170,7 @@ class JobPanel(w.VBox):
                 self.compare_step.options = [(f"{s}", s) for s in steps]
                 self.compare_step.value = keep if keep in steps else (steps[-1] if steps else None)
             self.compare_button.disabled = not steps
+            self._update_snapshot()
         except Exception:  # noqa: BLE001 - a failing summary must not take the panel down
             self.errors.append(traceback.format_exc())
 
@@ -189,6 +200,33 @@ class JobPanel(w.VBox):
         self.compare_panel = ComparePanel(result, labels=(f"rank {a}", f"rank {b}"), graphs=False)
         self.compare_box.children = [self.compare_panel.widget]
         return self.compare_panel
+
+    # -- the static snapshot (a saved notebook without a kernel) --------------------------------------
+    def snapshot_html(self) -> str:
+        """Static HTML of what the job panel shows: the first non-finite line, the overview and the shown
+        rank's panel (see :mod:`nbdebug.ui.snapshot`)."""
+        job_part = (f"<div class='nbdebug-snapshot nbdebug-job-snapshot' style='font-size:13px'><b>Rank "
+                    f"{self.rank}</b> of {self.job.ranks} &nbsp; {self.first.value}{self.overview.value}</div>")
+        return job_part + (snapshot_html(self.panel.source) if self.panel is not None else "")
+
+    def _ipython_display_(self, **kwargs: Any) -> None:
+        """Display the widget and, after it, its static snapshot (kept current, hidden while the widget is
+        drawn), as the rank panel does."""
+        from IPython.display import HTML, display
+
+        display(self._repr_mimebundle_(**kwargs), raw=True)
+        self._snapshots.append(display(HTML(self.snapshot_html()), display_id=True))
+        self._snapshot_at = time.monotonic()
+
+    def _update_snapshot(self) -> None:
+        if not self._snapshots or time.monotonic() - self._snapshot_at < SNAPSHOT_SECONDS:
+            return
+        from IPython.display import HTML
+
+        text = self.snapshot_html()
+        for handle in self._snapshots:
+            handle.update(HTML(text))
+        self._snapshot_at = time.monotonic()
 
     def close(self) -> None:
         for off in self._subs:
