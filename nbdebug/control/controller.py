@@ -69,11 +69,11 @@ class Controller:
         self.thread: threading.Thread | None = None
         self._train_ident: int | None = None
         self._steps_left: int | None = None
+        self._pause_after: int | None = None  # pause at the first step boundary >= this (pause_after)
         self._pause_requested = False
         self._terminate_requested = False
         self._run_to: str | None = None
         self._next_node = False
-        self._pause_after: int | None = None
 
     # -- starting ---------------------------------------------------------------------------------
     def run(self, fn: Callable[..., Any], *args: Any, block: bool = False, paused: bool = False,
