@@ -39,7 +39,9 @@ class StepSummary:
 
     ``origin`` is ``(node, slot, position)``: the rank's first non-finite origin in the step and the row of
     that tensor in the step's execution order (None when the step is finite everywhere).
-    ``loss`` is the last scalar output of an op or module call of the forward section (None when there is none).
+    ``loss`` is the last scalar output of an op or module call of the forward section (None when there is none,
+    e.g. at level L0 with the loss computed outside the model). ``nonfinite_values`` is a lower bound where
+    the counts are (a statistics-only msProbe dump records Max/Min, so a NaN tensor counts at least 1).
     """
 
     rank: int
