@@ -40,8 +40,8 @@ class StepSummary:
     ``origin`` is ``(node, slot, position)``: the rank's first non-finite origin in the step and the row of
     that tensor in the step's execution order (None when the step is finite everywhere).
     ``loss`` is the last scalar output of an op or module call of the forward section (None when there is none,
-    e.g. at level L0 with the loss computed outside the model). ``nonfinite_values`` is a lower bound where
-    the counts are (a statistics-only msProbe dump records Max/Min, so a NaN tensor counts at least 1).
+    e.g. at level L0 with the loss computed outside the model). ``nonfinite_values`` is a lower bound when
+    the source holds no counts (a statistics-only msProbe dump records Max/Min only: a NaN tensor counts 1).
     """
 
     rank: int
