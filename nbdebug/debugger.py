@@ -218,6 +218,10 @@ class Debugger(Reader):
         """Pause at the next node boundary."""
         self._ctl.pause()
 
+    def pause_after(self, step: int | None) -> None:
+        """Pause at the boundary after step ``step`` (or the next one when already past it); None forgets it."""
+        self._ctl.pause_after(step)
+
     def terminate(self) -> None:
         """Stop training cleanly; the worker thread ends and the model stays consistent."""
         self._ctl.terminate()

@@ -92,6 +92,10 @@ class OfflineSession(Reader):
         self.watchpoints = WatchManager(session)
         self.hub = EventHub()
         self.closed = False
+        #: ``rank label -> OfflineSession`` loader of the dump's other ranks (set by ``nbdebug.load``)
+        self.rank_loader: Callable[[str], OfflineSession] | None = None
+        self._rank_sessions: dict[int, OfflineSession] = {}
+        self._job: Any = None
 
     # -- what was loaded ----------------------------------------------------------------------------
     @property
@@ -107,6 +111,35 @@ class OfflineSession(Reader):
     def steps(self) -> list[int]:
         """The steps of the dump, ascending."""
         return sorted(self.session.steps)
+
+    @property
+    def ranks(self) -> list[int]:
+        """The ranks of a multi-rank dump (its ``rank{R}`` folders), ascending; [] when it names none."""
+        labels = self.meta.get("ranks") or []
+        return sorted(int(lb[4:]) for lb in labels if str(lb).startswith("rank") and lb[4:].isdigit())
+
+    def rank(self, rank: int) -> OfflineSession:
+        """The same dump's rank ``rank``, loaded once (this session for its own rank)."""
+        if rank not in self.ranks:
+            raise KeyError(f"no rank {rank} in {self.path or 'this dump'}; ranks: {self.ranks}")
+        if self.meta.get("rank") == f"rank{rank}":
+            return self
+        if rank not in self._rank_sessions:
+            if self.rank_loader is None:
+                raise RuntimeError("this session was not loaded by nbdebug.load; it cannot load other ranks")
+            self._rank_sessions[rank] = self.rank_loader(f"rank{rank}")
+        return self._rank_sessions[rank]
+
+    @property
+    def job(self) -> Any:
+        """Every rank of the dump as one :class:`~nbdebug.job.Job` (first non-finite rank, per-rank hits and
+        summaries, rank-vs-rank compare, the job panel); a dump without ranks is a job of rank 0."""
+        from .job import Job
+
+        if self._job is None:
+            ranks = self.ranks or [0]
+            self._job = Job({r: self.rank(r) if self.ranks else self for r in ranks})
+        return self._job
 
     @property
     def step_index(self) -> int:

@@ -69,6 +69,7 @@ class Controller:
         self.thread: threading.Thread | None = None
         self._train_ident: int | None = None
         self._steps_left: int | None = None
+        self._pause_after: int | None = None  # pause at the first step boundary >= this (pause_after)
         self._pause_requested = False
         self._terminate_requested = False
         self._run_to: str | None = None
@@ -140,6 +141,18 @@ class Controller:
         with self._cv:
             if self.state is State.RUNNING:
                 self._pause_requested = True
+
+    def pause_after(self, step: int | None) -> None:
+        """Pause at the first step boundary whose finished step is ``step`` or later (None: forget it).
+
+        Unlike :meth:`pause` (next node) and ``cont(steps)`` (counted from now), the boundary is named, so
+        several processes asked at slightly different moments pause after the same step (see
+        :class:`nbdebug.job.Job`). A paused worker stays paused; :meth:`cont` keeps the request.
+        """
+        if step is not None and (isinstance(step, bool) or not isinstance(step, int) or step < 0):
+            raise ValueError(f"step must be an int >= 0 or None, got {step!r}")
+        with self._cv:
+            self._pause_after = step
 
     def terminate(self) -> None:
         """End training cleanly: the worker unwinds at the next node (after the optimizer's step if
@@ -217,6 +230,8 @@ class Controller:
             reason = f"{self._run_to} did not execute in step {step}"
         if reason is None and self._pause_requested:
             reason = "paused"
+        if reason is None and self._pause_after is not None and step >= self._pause_after:
+            reason = f"step {step} done (asked to pause after step {self._pause_after})"
         if reason is not None:
             self._pause_at(None, reason)
 
@@ -228,6 +243,7 @@ class Controller:
             self._pause_requested = self._next_node = False
             self._run_to = None
             self._steps_left = None
+            self._pause_after = None
             self._set_state(State.PAUSED)
         self._block_while_paused()
 
@@ -249,6 +265,7 @@ class Controller:
     def _reset_requests(self) -> None:
         self._pause_requested = self._terminate_requested = self._next_node = False
         self._run_to = None
+        self._pause_after = None
 
     def _set_state(self, state: State) -> None:
         self.state = state

@@ -1176,6 +1176,9 @@ def _load(path: str, layout: str, rank: int | str | None, steps: Iterable[int] |
         if not session.framework:
             session.framework = str(meta.get("framework") or "")
     off = OfflineSession(session, path=path, layout=layout, meta=meta)
+    if layout == "msprobe":
+        off.rank_loader = lambda label: load(path, rank=label, steps=wanted, exact=exact, progress=progress,
+                                             warn=warn)
     _warn(off, warn)
     return off
 

@@ -10,7 +10,10 @@ Modules, one concern each: ``source`` (what a panel reads), ``throttle`` (coales
 panel's last state as static HTML), ``heatmap_data``, ``header``, ``graph_view``, ``node_list``, ``details``,
 ``watch_panel``, ``hits``, ``controls``, ``tensor_math`` (pure numpy), ``tensor_view``, ``panel``,
 ``magics``; ``compare_panel`` is the run-comparison
-panel of ``nbdebug.compare`` (its own classes).
+panel of ``nbdebug.compare`` (its own classes); ``job_panel`` (``JobPanel``, ``job.panel()``) puts a rank
+selector, the first non-finite rank, a per-rank overview, job control and a rank compare over the ``Panel``
+of one rank of a :class:`nbdebug.job.Job` (its CSS classes, ``nbdebug-job-*`` and ``nbdebug-rank-select``,
+are listed in its module).
 
 Stable CSS classes, for driving the panel from a browser (``widget.add_class``)::
 

@@ -83,10 +83,12 @@ def _heat(values: np.ndarray, title: str, step: str, diverging: bool | None = No
 class ComparePanel:
     """Widget over a :class:`~nbdebug.compare.result.CompareResult` (``.widget``; display the panel itself).
 
-    ``graphs=False`` leaves out the two graph views (faster for huge graphs).
+    ``graphs=False`` leaves out the two graph views (faster for huge graphs). ``labels``: how the summary
+    names the two sides (default: their frameworks; a rank compare passes ``("rank 1", "rank 0")``).
     """
 
-    def __init__(self, result: CompareResult, *, page_size: int = 40, graphs: bool = True) -> None:
+    def __init__(self, result: CompareResult, *, page_size: int = 40, graphs: bool = True,
+                 labels: tuple[str, str] | None = None) -> None:
         self.result = result
         self.page_size = page_size
         self.page = 0
@@ -101,8 +103,9 @@ class ComparePanel:
 
         c = result.counts()
         fd = result.first_divergence
-        summary = (f"<b>{result.target_framework}</b> step {result.target_step} vs golden "
-                   f"<b>{result.golden_framework}</b> step {result.golden_step} — "
+        tl, gl = labels or (result.target_framework, result.golden_framework)
+        summary = (f"<b>{html.escape(tl)}</b> step {result.target_step} vs golden "
+                   f"<b>{html.escape(gl)}</b> step {result.golden_step} — "
                    + " ".join(f"<span style='background:{COLOURS[s]};padding:0 4px;border:1px solid #bbb'>"
                               f"{c[s]} {s}</span>" for s in ("error", "warning", "pass", "unmatched"))
                    + f" — unmatched nodes: {len(result.unmatched_target)} target, {len(result.unmatched_golden)} "
@@ -258,7 +261,7 @@ class ComparePanel:
             for v, w in ((r.cosine, "7%"), (r.max_abs_err, "8%"), (r.max_rel_err, "8%"), (r.one_thousandth, "7%"),
                          (rel, "8%")):
                 cells.append(W.Label(_num(v), layout=W.Layout(width=w)))
-            box = W.HBox([b, *cells], layout=W.Layout(width="100%"))
+            box = W.HBox([b, *cells], layout=W.Layout(width="100%", flex="0 0 auto"))  # never squeezed by the table
             box.add_class("nbdebug-compare-row")
             box.add_class(f"nbdebug-compare-{r.status}")
             if r is self.selected:

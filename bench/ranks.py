@@ -1,0 +1,148 @@
+"""Benchmark: what a job of many ranks costs the notebook (the hub) per step, without the transport.
+
+Each simulated rank produces, per step, what a rank sends in nbdebug's design: its
+:class:`~nbdebug.job.summary.StepSummary` as JSON (computed from a real statistics table of ``--tensors``
+rows with :func:`~nbdebug.job.summary.summarize_table`), plus — only when asked for — its full statistics
+table (``tensors x 10`` float64). One rank in ``--ranks`` goes non-finite at ``--nan-step``.
+
+What is measured (process CPU time, ``time.process_time``):
+
+* ``rank side``: one rank summarising its step (``summarize_table`` over ``--tensors`` rows);
+* ``hub/step``: for every rank, decoding its summary message and storing it, then
+  ``Job.first_nonfinite(step)``, ``Job.overview([step])`` and ``Job.hit_counts()`` — what the job panel
+  refreshes per step; mean and 95th percentile over the steps;
+* ``first_nonfinite(all)``: ``Job.first_nonfinite()`` over the whole history (every step of every rank);
+* message sizes: the summary JSON and the full table a rank would send if every statistic travelled.
+
+The transport part (real processes over sockets, pause latency) is added with ``nbdebug/remote``.
+Run: ``.venv/bin/python bench/ranks.py [--ranks 64 256] [--steps 200] [--tensors 1500]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+
+from nbdebug.job import Job, StepSummary, summarize_table
+from nbdebug.session.stats import FIELDS, StatsTable
+from nbdebug.watch.watchpoints import WatchManager
+
+
+def stats_table(tensors: int, rng: np.random.Generator, bad_from: int | None = None) -> StatsTable:
+    """A step's statistics: ``tensors`` rows of one forward/backward pass; NaN from row ``bad_from`` on."""
+    keys = [(f"Module.layer{i // 4}.Linear.{'forward' if i < tensors // 2 else 'backward'}.0",
+             "input.0" if i % 2 == 0 else "output.0") for i in range(tensors)]
+    values = np.zeros((tensors, len(FIELDS)))
+    values[:, 0] = rng.random(tensors) * 4  # max
+    values[:, 1] = -values[:, 0]  # min
+    values[:, 2] = rng.normal(size=tensors) * 0.01  # mean
+    values[:, 3] = values[:, 0] / 4  # abs_mean
+    values[:, 4] = values[:, 0] * 30  # norm
+    values[:, 9] = 4096  # count
+    if bad_from is not None:
+        values[bad_from:, [0, 1, 2, 3, 4]] = np.nan
+        values[bad_from:, 6] = 4096  # nan_count
+    return StatsTable.from_rows(keys, ["float32"] * tensors, [(64, 64)] * tensors, values)
+
+
+class SimRank:
+    """A rank as the job sees a remote one: its summaries arrive as messages, nothing else is local."""
+
+    def __init__(self, rank: int) -> None:
+        self.rank = rank
+        self.summaries: dict[int, StepSummary] = {}
+        self.session = SimpleNamespace(steps={}, graph=SimpleNamespace(nodes={}), live=False, step_index=0)
+        self.graph = self.session.graph
+        self.watchpoints = WatchManager(self.session)
+        self.hits: list[Any] = []
+
+    def receive(self, message: bytes) -> None:
+        s = StepSummary.from_dict(json.loads(message))
+        self.summaries[s.step] = s
+        self.session.steps[s.step] = None
+
+    def step_summary(self, step: int) -> StepSummary | None:
+        return self.summaries.get(step)
+
+    def recheck(self) -> list:
+        return []
+
+    def stats(self, node: str, slot: str, step: Any = "current") -> Any:
+        raise KeyError(node)
+
+    def tensor(self, node: str, slot: str, step: Any = "current") -> Any:
+        raise KeyError(node)
+
+
+def rank_messages(ranks: int, steps: int, tensors: int, nan_rank: int, nan_step: int,
+                  seed: int = 0) -> tuple[list[list[bytes]], list[float], int]:
+    """Per step, every rank's summary message; the rank-side CPU seconds per summary; one full table's bytes."""
+    rng = np.random.default_rng(seed)
+    clean = stats_table(tensors, rng)
+    bad = stats_table(tensors, rng, bad_from=tensors // 3)
+    origin = bad.keys[tensors // 3]
+    out, cost = [], []
+    for step in range(steps):
+        msgs = []
+        for r in range(ranks):
+            broken = step > nan_step or (step == nan_step and r == nan_rank)
+            t0 = time.process_time()
+            s = summarize_table(bad if broken else clean, rank=r, step=step, origin=origin if broken else None)
+            cost.append(time.process_time() - t0)
+            msgs.append(json.dumps(s.to_dict()).encode())
+        out.append(msgs)
+    return out, cost, clean.values.nbytes + sum(len(k[0]) + len(k[1]) for k in clean.keys)
+
+
+def run(ranks: int, steps: int, tensors: int) -> dict[str, Any]:
+    nan_rank, nan_step = ranks // 3, steps // 2
+    messages, rank_cost, full_bytes = rank_messages(ranks, steps, tensors, nan_rank, nan_step)
+    sims = {r: SimRank(r) for r in range(ranks)}
+    job = Job(sims)
+    per_step = []
+    for step, msgs in enumerate(messages):
+        t0 = time.process_time()
+        for r, m in enumerate(msgs):
+            sims[r].receive(m)
+        first = job.first_nonfinite(step)
+        job.overview([step])
+        job.hit_counts()
+        per_step.append(time.process_time() - t0)
+    t0 = time.process_time()
+    first = job.first_nonfinite()
+    whole = time.process_time() - t0
+    assert first is not None and (first.rank, first.step) == (nan_rank, nan_step), first
+    return {"ranks": ranks, "steps": steps, "tensors": tensors,
+            "rank_summary_ms": statistics.mean(rank_cost) * 1e3,
+            "hub_step_ms": statistics.mean(per_step) * 1e3,
+            "hub_step_p95_ms": float(np.percentile(per_step, 95)) * 1e3,
+            "first_all_ms": whole * 1e3,
+            "summary_bytes": statistics.mean(len(m) for m in messages[-1]),
+            "full_table_bytes": full_bytes}
+
+
+def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--ranks", type=int, nargs="+", default=[64, 256])
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--tensors", type=int, default=1500, help="captured tensors per rank and step")
+    args = ap.parse_args(argv)
+    rows = [run(r, args.steps, args.tensors) for r in args.ranks]
+    head = ("ranks", "steps", "tensors/rank", "rank: summary ms", "hub ms/step", "hub p95 ms", "first(all) ms",
+            "summary B/rank/step", "full table B/rank/step")
+    print(" | ".join(head))
+    for row in rows:
+        print(" | ".join([f"{row['ranks']}", f"{row['steps']}", f"{row['tensors']}", f"{row['rank_summary_ms']:.3f}",
+                          f"{row['hub_step_ms']:.2f}", f"{row['hub_step_p95_ms']:.2f}", f"{row['first_all_ms']:.1f}",
+                          f"{row['summary_bytes']:.0f}", f"{row['full_table_bytes']}"]))
+    return rows
+
+
+if __name__ == "__main__":
+    main()

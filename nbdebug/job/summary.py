@@ -1,0 +1,103 @@
+"""One rank's step in a few numbers: what a job keeps (and, remotely, what a rank sends) per rank and step.
+
+A :class:`StepSummary` is computed from the step's :class:`~nbdebug.session.stats.StatsTable` in one
+vectorised pass: how many tensors were captured, how many hold NaN/Inf (and how many such values), the
+largest finite magnitude, the last scalar computed in the forward section (the loss, as a rule), the
+hits of the step, and the rank's non-finite *origin* — the first node whose inputs are finite and
+whose output is not — with its position in the step (its row in execution order). It is small and
+JSON-friendly (:meth:`StepSummary.to_dict`), so a job of many ranks keeps one per rank and step instead
+of every statistic.
+
+>>> import numpy as np
+>>> from nbdebug.session.stats import StatsTable
+>>> t = StatsTable.from_rows([("Module.fc.Linear.forward.0", "input.0"), ("Module.fc.Linear.forward.0", "output.0")],
+...     ["float32"] * 2, [(2,), (2,)],
+...     np.array([[1.0, -3.0, 0, 1, 2, 0, 0, 0, 0, 2], [np.nan, np.nan, np.nan, np.nan, np.nan, 0, 2, 0, 0, 2]]))
+>>> s = summarize_table(t, rank=1, step=3, origin=("Module.fc.Linear.forward.0", "output.0"))
+>>> s.nonfinite_tensors, s.nonfinite_values, s.max_abs, s.origin
+(1, 2, 3.0, ('Module.fc.Linear.forward.0', 'output.0', 1))
+>>> StepSummary.from_dict(s.to_dict()) == s
+True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from ..session.stats import COL
+
+_INPUT_SLOTS = ("input", "parameters")
+
+
+@dataclass(frozen=True)
+class StepSummary:
+    """One rank's step: sizes, non-finite counts, largest finite magnitude, loss, hits and origin.
+
+    ``origin`` is ``(node, slot, position)``: the rank's first non-finite origin in the step and the row of
+    that tensor in the step's execution order (None when the step is finite everywhere).
+    ``loss`` is the last scalar output of an op or module call of the forward section (None when there is none,
+    e.g. at level L0 with the loss computed outside the model). ``nonfinite_values`` is a lower bound when
+    the source holds no counts (a statistics-only msProbe dump records Max/Min only: a NaN tensor counts 1).
+    """
+
+    rank: int
+    step: int
+    tensors: int
+    nonfinite_tensors: int
+    nonfinite_values: int
+    max_abs: float | None
+    loss: float | None
+    hits: int
+    origin: tuple[str, str, int] | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON types (``origin`` as a list)."""
+        d = asdict(self)
+        d["origin"] = list(self.origin) if self.origin is not None else None
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> StepSummary:
+        """The inverse of :meth:`to_dict`; ``ValueError`` on a malformed message."""
+        try:
+            o = d.get("origin")
+            origin = (str(o[0]), str(o[1]), int(o[2])) if o is not None else None
+            return cls(int(d["rank"]), int(d["step"]), int(d["tensors"]), int(d["nonfinite_tensors"]),
+                       int(d["nonfinite_values"]), _opt_float(d.get("max_abs")), _opt_float(d.get("loss")),
+                       int(d.get("hits", 0)), origin)
+        except (KeyError, TypeError, IndexError, ValueError) as e:
+            raise ValueError(f"not a step summary ({type(e).__name__}: {e}): {dict(d)!r:.200}") from None
+
+
+def _opt_float(x: Any) -> float | None:
+    return None if x is None else float(x)
+
+
+def summarize_table(table: Any, *, rank: int, step: int, origin: tuple[str, str] | None = None, hits: int = 0,
+                    computed_forward: Callable[[str], bool] | None = None) -> StepSummary:
+    """The summary of one step's ``table`` (``origin``: the ``(node, slot)`` the rank's first-non-finite
+    analysis found; ``computed_forward(node)``: whether a node is an op or module call of the forward
+    section — not a parameter, input or constant —, for the loss)."""
+    n = len(table)
+    if not n:
+        return StepSummary(rank, step, 0, 0, 0, None, None, hits, None)
+    v = table.values
+    bad = np.nan_to_num(v[:, COL["nan_count"]]) + np.nan_to_num(v[:, COL["pos_inf_count"]]) \
+        + np.nan_to_num(v[:, COL["neg_inf_count"]])
+    ext = np.abs(v[:, [COL["max"], COL["min"]]])
+    ext = ext[np.isfinite(ext)]
+    max_abs = float(ext.max()) if ext.size else None
+    loss = None
+    for i in np.flatnonzero(v[:, COL["count"]] == 1)[::-1]:  # scalars, last first
+        node, slot = table.keys[i]
+        if not slot.startswith(_INPUT_SLOTS) and (computed_forward is None or computed_forward(node)):
+            loss = float(v[i, COL["mean"]])
+            break
+    where = None
+    if origin is not None:
+        where = (origin[0], origin[1], int(table.index.get(tuple(origin), -1)))
+    return StepSummary(rank, step, n, int((bad > 0).sum()), int(bad.sum()), max_abs, loss, hits, where)
