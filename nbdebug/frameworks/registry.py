@@ -109,7 +109,7 @@ class Backend:
         raise TypeError(f"{self.name} has no loss-scaler probe; track_loss_scale needs a torch.amp.GradScaler")
 
     # -- dumps ------------------------------------------------------------------------------------
-    #: the module of the msProbe-format dump I/O, relative to the backend's own (``.torch_io``): its class
+    #: the module of the msProbe-format dump I/O, relative to the backend's own (``.io``): its class
     #: :attr:`io_class`, ``custom_api_wrapper`` and ``stand_in_model``
     io_module = ""
     io_class = ""
