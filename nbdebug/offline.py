@@ -223,8 +223,12 @@ class DumpSession(Session):
             raise KeyError(f"{node} {slot}: no step {idx} in this dump (steps {self.step_range()})")
         tf = self.files.get(idx, {}).get(key)
         if tf is None:
-            if key not in self.steps[idx].index:
+            table = self.steps[idx]
+            if key not in table.index:
                 raise KeyError(f"{node} {slot} is not in step {idx} of the dump")
+            why = table.unsupported.get(table.index[key], "")
+            if why.startswith("not the value used"):
+                raise NotRetainedError(f"{node} {slot}: {why}")
             raise NotRetainedError(f"{node} {slot}: step {idx} of the dump has statistics only, no tensor file")
         ck = (idx, node, slot)
         arr = self._cache.get(ck)

@@ -38,6 +38,7 @@ import numpy as np
 
 from ..session.session import Session
 from ..session.store import NotRetainedError
+from .npy_read import read_npy
 
 try:  # the optional native kernel; numpy is the fallback
     from nbdebug import _fastats
@@ -102,7 +103,7 @@ def arm_kernel_dump() -> str:
                 f"{ENV} is already set to {current!r}; in GRAPH mode nbdebug drives MindSpore's kernel dump "
                 f"itself. Unset the variable (and restart the kernel), or open that dump offline with "
                 f"nbdebug.load(<its path>)")
-        root = tempfile.mkdtemp(prefix="nbdebug-msdump-")
+        root = tempfile.mkdtemp(prefix="nbdebug-msdump-", dir=dump_parent())
         cfg_path = os.path.join(root, "dump_config.json")
         with open(cfg_path, "w") as f:
             json.dump(dump_config(os.path.join(root, "dump")), f)
@@ -110,6 +111,26 @@ def arm_kernel_dump() -> str:
         _ARMED.update(root=root, dump=os.path.join(root, "dump"), config=cfg_path)
         atexit.register(shutil.rmtree, root, True)
         return root
+
+
+#: free space a memory file system must have to hold the dump (two steps of tensors stay on it)
+SHM_MIN_FREE = 1 << 30
+SHM = "/dev/shm"
+
+
+def dump_parent() -> str | None:
+    """Where the dump directory goes: ``/dev/shm`` (memory) when it exists, is writable and has
+    :data:`SHM_MIN_FREE` bytes free — MindSpore writes every tensor of every step, and on a disk that
+    write is about half the dump's cost — else the system's temporary directory (None).
+    ``NBDEBUG_DUMP_PARENT`` overrides both."""
+    chosen = os.environ.get("NBDEBUG_DUMP_PARENT")
+    if chosen:
+        return chosen
+    try:
+        st = os.statvfs(SHM)
+    except OSError:
+        return None
+    return SHM if os.access(SHM, os.W_OK) and st.f_bavail * st.f_frsize >= SHM_MIN_FREE else None
 
 
 def armed_dump_dir() -> str | None:
@@ -125,6 +146,11 @@ MAX_CONTINUATION_LINES = 100_000
 _NODE_RE = re.compile(r"^\s+%(\d+)\(([^)]*)\) = ([^\s(]+)\((.*)$")
 _SCOPE_RE = re.compile(r"#\s*Fullname with scope: \((.*)\)\s*$")
 _FRAME_RE = re.compile(r"#\s*In file (.+?):(\d+)(~\d+)?(?:, (\d+)~(\d+))?/(.*)/\s*$")
+#: the kernel-info type line: ``: (<Float32xDefaultFormat[const vector]{8, 32}>, ...) -> (<Float16x...>)``
+_DEVICE_LINE_RE = re.compile(r"^\s+: \(.*<((?:B?Float|U?Int|Complex)\d+|Bool|String)x\w+\[")
+_DEVICE_TYPE_RE = re.compile(r"<((?:B?Float|U?Int|Complex)\d+|Bool|String)x\w+\[")
+_ABSTRACT_LINE_RE = re.compile(r"^\s+: \(.*<(Ref\[)?Tensor\[")
+_ABSTRACT_TYPE_RE = re.compile(r"<(?:Ref\[)?Tensor\[(\w+)\]\]?, \(([^)]*)\)|<(\w*Monad)")
 _FILE_RE = re.compile(r"#\s*In file (.+?):(\d+)(?:~\d+)?(?:, [\d~]+)?/(.*)/\s*$")
 
 
@@ -147,6 +173,13 @@ class IRNode:
     #: the call chain, outermost first: (file, line, first column, end column, source line); columns are
     #: -1 when the expression spans several lines
     frames: list[tuple[str, int, int, int, str]] = field(default_factory=list)
+    #: the selected kernel's device dtypes (``("float32", ...)`` for the inputs, then the outputs), from the
+    #: IR's kernel-info line; empty when the IR has none
+    device_in: tuple[str, ...] = ()
+    device_out: tuple[str, ...] = ()
+    #: the graph's declared (dtype, shape) of each tensor input, then of each output (the abstract line)
+    declared_in: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    declared_out: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
 
 @dataclass
@@ -225,6 +258,18 @@ def parse_ir(text: str, file: str = "<ir>") -> IRGraph:
                 last = IRNode(f"{sub}:{n}", op.removeprefix("PrimFunc_"), args)
                 nodes[last.nid] = last
                 continue
+            if last is not None and line.startswith("      : (") and not last.declared_in and \
+                    not last.declared_out and _ABSTRACT_LINE_RE.match(line):
+                ins, _, outs = line.partition(" -> ")
+                last.declared_in, last.declared_out = (
+                    tuple((t.lower(), _shape(sh)) for t, sh, monad in _ABSTRACT_TYPE_RE.findall(part) if not monad)
+                    for part in (ins, outs))
+                continue
+            if last is not None and line.startswith("      : (") and _DEVICE_LINE_RE.match(line):
+                ins, _, outs = line.partition(" -> ")
+                last.device_in = tuple(t.lower() for t in _DEVICE_TYPE_RE.findall(ins))
+                last.device_out = tuple(t.lower() for t in _DEVICE_TYPE_RE.findall(outs))
+                continue
             if last is not None and line.startswith("      #"):
                 s = _SCOPE_RE.search(line)
                 if s:
@@ -273,6 +318,10 @@ class Kernel:
     sources: dict[str, tuple[str, ...]] = field(default_factory=dict)
     #: the IR's call chain of the kernel (see :class:`IRNode`), for recovering Cell scopes
     frames: list[tuple[str, int, int, int, str]] = field(default_factory=list)
+    #: ``{"input.0": "float32", "output.0": ...}``: the dtypes the selected kernel reads and writes
+    device_dtypes: dict[str, str] = field(default_factory=dict)
+    #: ``{"input.0": ("float16", (8, 64)), ...}``: the graph's declared dtype and shape (what the dump names)
+    declared: dict[str, tuple[str, tuple[int, ...]]] = field(default_factory=dict)
 
 
 def file_key(op_type: str, fullname: str) -> str:
@@ -353,6 +402,10 @@ def build_kernel_graph(ir: IRGraph, order: list[str], graph_id: int) -> KernelGr
                    _user_frames(node.stack) if node else [])
         if node is not None:
             k.frames = node.frames
+            k.declared = {**{f"input.{i}": t for i, t in enumerate(node.declared_in)},
+                          **{f"output.{i}": t for i, t in enumerate(node.declared_out)}}
+            k.device_dtypes = {**{f"input.{i}": t for i, t in enumerate(node.device_in)},
+                               **{f"output.{i}": t for i, t in enumerate(node.device_out)}}
             i = 0
             for arg in node.args:
                 if arg.startswith(("UMonad", "IOMonad")):
@@ -510,27 +563,58 @@ def match_kernel_files(kg: KernelGraph, files: dict[str, dict[str, str]]) -> dic
     """``{kernel name: its files}`` for one run.
 
     The ``-op{N}`` suffix in dump file names can differ from the one in the graph file and the execution
-    order (MindSpore numbers kernels again when it builds them), so kernels of the same scope and type
-    are paired with files of the same scope and type in execution order (files ordered by timestamp).
+    order (MindSpore numbers kernels again when it builds them: under AMP the graph's ``Cast-op2..op6`` of a
+    scope are dumped as ``Cast-op0..op4``), so a name can even match the wrong kernel. Kernels of one scope
+    and type are therefore paired by name only when the names of the group agree exactly; otherwise the
+    group's kernels, in execution order, are paired with its files in dump (timestamp) order.
     """
-    out: dict[str, dict[str, str]] = {}
-    missing: dict[str, list[Kernel]] = {}
+    groups: dict[str, list[Kernel]] = {}
     for k in kg.kernels:
-        f = files.get(k.file_key)
-        if f is not None:
-            out[k.name] = f
-        else:
-            missing.setdefault(_OP_INDEX.sub("", k.file_key), []).append(k)
-    if missing:
-        used = {k.file_key for k in kg.kernels if k.name in out}
-        spare: dict[str, list[tuple[int, str]]] = {}
-        for key, f in files.items():
-            if key not in used and not key.startswith("Parameter."):
-                spare.setdefault(_OP_INDEX.sub("", key), []).append((int(f.get("__ts__", 0)), key))
-        for group, kernels in missing.items():
-            for k, (_ts, key) in zip(kernels, sorted(spare.get(group, ())), strict=False):
-                out[k.name] = files[key]
+        groups.setdefault(_OP_INDEX.sub("", k.file_key), []).append(k)
+    spare: dict[str, list[tuple[int, str]]] = {}
+    for key, f in files.items():
+        if not key.startswith("Parameter."):
+            spare.setdefault(_OP_INDEX.sub("", key), []).append((int(f.get("__ts__", 0)), key))
+    out: dict[str, dict[str, str]] = {}
+    for group, kernels in groups.items():
+        found = spare.get(group, [])
+        if {k.file_key for k in kernels} == {key for _ts, key in found}:
+            out.update((k.name, files[k.file_key]) for k in kernels)
+            continue
+        # Neither names nor the execution order can be trusted here (the runtime may run independent kernels,
+        # e.g. AMP's weight Casts, in another order than the csv): pair by the declared dtype and shape of
+        # every slot, then by time.
+        unused = [(_file_signature(files[key]), key) for _ts, key in sorted(found)]
+        for k in kernels:
+            pick = next((i for i, (sig, _key) in enumerate(unused) if _signature_fits(k, sig)), None)
+            if pick is None and unused:
+                pick = 0
+            if pick is not None:
+                out[k.name] = files[unused.pop(pick)[1]]
     return out
+
+
+def _file_signature(kfiles: dict[str, str]) -> dict[str, tuple[str, tuple[int, ...] | None]]:
+    sig = {}
+    for slot, path in kfiles.items():
+        if slot.startswith("__"):
+            continue
+        try:
+            shape = tuple(int(d) for d in load_npy(path).shape)
+        except ValueError:
+            shape = None
+        sig[slot] = (kfiles.get(f"__dtype__.{slot}", ""), shape)
+    return sig
+
+
+def _signature_fits(k: Kernel, sig: dict[str, tuple[str, tuple[int, ...] | None]]) -> bool:
+    if not k.declared:
+        return True
+    for slot, (dtype, shape) in sig.items():
+        want = k.declared.get(slot)
+        if want is not None and (want[0] != dtype or (shape is not None and tuple(want[1]) != shape)):
+            return False
+    return True
 
 
 def index_iteration(iter_dir: str) -> dict[str, dict[str, str]]:
@@ -571,7 +655,9 @@ def _slot_order(slot: str) -> tuple[int, int, str]:
 
 def load_npy(path: str) -> np.ndarray:
     try:
-        return np.load(path, allow_pickle=False)
+        return read_npy(path)
+    except ValueError:
+        raise
     except Exception as exc:  # noqa: BLE001 - any unreadable file: name it
         raise ValueError(f"cannot read dump file {path}: {exc}") from None
 
@@ -602,6 +688,21 @@ def array_row(arr: np.ndarray, out: np.ndarray) -> str | None:
         out[:] = [x.max(), x.min(), x.sum(), np.abs(x).sum(), (x * x).sum(), np.count_nonzero(x == 0),
                   np.count_nonzero(np.isnan(x)), np.count_nonzero(x == np.inf), np.count_nonzero(x == -np.inf)]
     return None
+
+
+_EMPTY = np.zeros(0, np.float32)
+
+
+def misdump_reason(path: str, file_dtype: str, device_dtype: str) -> str:
+    """Why a dump file that disagrees with its kernel's dtype is not shown (see :meth:`RunRecorder._load`).
+
+    >>> misdump_reason("/d/MatMul.x.output.0.DefaultFormat.Float16.npy", "float16", "float32")[:60]
+    'not the value used: MindSpore's kernel dump wrote this float'
+    """
+    return (f"not the value used: MindSpore's kernel dump wrote this {device_dtype} tensor as {file_dtype} "
+            f"(the graph's declared type; the CPU kernel computes in {device_dtype}), so "
+            f"{os.path.basename(path)} holds the buffer's bytes misread as {file_dtype}; "
+            f"no statistics or value are shown for it")
 
 
 class NpyRef:
@@ -640,6 +741,12 @@ class RowBuffer:
         row = self._n
         self._n += 1
         return row, array_row(arr, self._host[row])
+
+    def add_unknown(self) -> int:
+        """A row for a tensor whose values are unknown: NaN statistics, no NaN/Inf counted."""
+        row, _ = self.add(_EMPTY)
+        self._host[row] = _NAN_ROW
+        return row
 
     def raw(self) -> np.ndarray:
         return self._host[: self._n]
@@ -750,7 +857,7 @@ class RunRecorder:
                 if sname not in sources_done and slot in kfiles:
                     sources_done.add(sname)
                     snode = self._source_node(kg, src, k, slot)
-                    entry = self._load(kfiles[slot], kfiles.get(f"__dtype__.{slot}", ""))
+                    entry = self._load(kfiles[slot], kfiles.get(f"__dtype__.{slot}", ""), k.device_dtypes.get(slot))
                     if entry is not None:
                         self._put(snode, "output.0", entry)
                         produced[(sname, "output.0")] = entry
@@ -767,7 +874,7 @@ class RunRecorder:
                     if first:
                         s.graph.add_edge(pname, name, pslot, slot)
                 if entry is None:
-                    entry = self._load(kfiles[slot], kfiles.get(f"__dtype__.{slot}", ""))
+                    entry = self._load(kfiles[slot], kfiles.get(f"__dtype__.{slot}", ""), k.device_dtypes.get(slot))
                     if entry is None:
                         continue
                 self._put(node, slot, entry)
@@ -777,25 +884,36 @@ class RunRecorder:
             self.emit(node)
         return count
 
-    def _load(self, path: str, dtype: str) -> tuple | None:
-        """Statistics row and handle of one file; None (and a problem naming the file) when unreadable."""
+    def _load(self, path: str, dtype: str, device: str | None = None) -> tuple | None:
+        """Statistics row and handle of one file; None (and a problem naming the file) when unreadable.
+
+        ``device`` is the dtype the kernel really reads or writes in that slot (the IR's kernel-info line).
+        When the file was written with another dtype, it is not the value used: MindSpore names and sizes
+        the file by the graph's declared type (e.g. float16 under AMP O2) while a CPU kernel selected for
+        float32 holds float32 in the buffer, so the file is the buffer's first bytes read as float16. Such a
+        slot gets no statistics and no value, and says why (:func:`misdump_reason`)."""
         try:
             arr = load_npy(path)
         except ValueError as exc:
             self.problems.append((path, str(exc).split(": ", 1)[-1]))
             return None
-        row, why = self.buf.add(arr)
+        shape = tuple(int(d) for d in arr.shape)
         name = dtype or str(arr.dtype)
         if arr.dtype.kind == "V" and arr.dtype.itemsize == 2:
             name = "bfloat16"
+        if device and dtype and device != dtype:
+            row = self.buf.add_unknown()
+            return row, device, shape, int(arr.size), misdump_reason(path, dtype, device), None, path, True
+        row, why = self.buf.add(arr)
         handle = NpyRef(path, int(arr.nbytes)) if self.retain else None
-        return row, name, tuple(int(d) for d in arr.shape), int(arr.size), why, handle, path
+        return row, name, shape, int(arr.size), why, handle, path, False
 
     def _put(self, node: Any, slot: str, entry) -> None:
-        row, dtype, shape, count, why, handle, path = entry
-        self.files[(node.name, slot)] = (path, shape, dtype)
+        row, dtype, shape, count, why, handle, path, misdumped = entry
         s = self.session
         key = (node.name, slot)
+        if not misdumped:
+            self.files[key] = (path, shape, dtype)
         s.recorder.add(key, row, dtype, shape, count)
         if why is not None:
             s.recorder.unsupported[s.recorder.index[key]] = why
@@ -803,6 +921,8 @@ class RunRecorder:
         node.dtypes[slot] = dtype
         if handle is not None:
             s.store.offer(key, handle)
+        elif misdumped and self.retain:
+            s.store.refuse(key, why)
 
 
 # -- directory layout ---------------------------------------------------------------------------------
