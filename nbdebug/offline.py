@@ -206,6 +206,8 @@ class DumpSession(Session):
         out["unknown"] = unknown
         tf = self.files.get(idx, {}).get((node, slot))
         out["file"] = tf.path if tf is not None else None
+        if i in table.unsupported:
+            out["unsupported"] = table.unsupported[i]
         return out
 
     def tensor(self, node: str, slot: str, step: int | str = "current") -> np.ndarray:
