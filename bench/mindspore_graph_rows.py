@@ -4,10 +4,11 @@ nbdebug (MindSpore's kernel dump read back after every step), and the floor (the
 MindSpore arms its kernel dump only before the first graph compile of a process, so every measurement is
 a fresh process: ``baseline`` (plain GRAPH mode) or ``nbdebug`` (``Debugger(net)`` created first, default
 settings) or ``floor`` (MindSpore's kernel dump armed as nbdebug arms it, no Debugger: what MindSpore's
-own dump costs, nothing read). Rounds alternate the order per model; a configuration's figure is the median over rounds of the
-mean step time of ``steps`` timed steps after ``warmup`` (the first compile is in the warm-up), and the
-ratio is nbdebug's median over the baseline's. Each process then times ``steps`` single steps: the fastest
-one over all rounds (``best_ms``) is the figure least disturbed by other load on a shared machine.
+own dump costs, nothing read). Rounds alternate the order per model; a configuration's figure is the
+median over rounds of the mean step time of ``steps`` timed steps after ``warmup`` (the first compile is
+in the warm-up), and the ratio is nbdebug's median over the baseline's. Each process then times
+``steps`` single steps: the fastest one over all rounds (``best_ms``) is the figure least disturbed by
+other load on a shared machine.
 
 Models: ``lenet`` and ``mlp`` (as the PyNative rows, cross-entropy), ``bn_cnn`` (two conv + BatchNorm +
 ReLU blocks, cross-entropy), ``regressor`` (dense 64→128→1 with MSELoss, batch 16). Run through

@@ -24,7 +24,7 @@ import queue
 import threading
 from collections.abc import Iterable
 
-_SKIP = ("graphs", "execution_order")
+from .mindspore_graph import graph_dirs
 
 
 class DumpScanner:
@@ -37,26 +37,15 @@ class DumpScanner:
         self._finished: set[str] = set()
 
     def _discover(self) -> None:
-        root = self.rank_dir
-        for net in os.listdir(root) if os.path.isdir(root) else []:
-            if net in _SKIP or net.startswith("."):
+        for g, gdir in graph_dirs(self.rank_dir):
+            try:
+                its = os.listdir(gdir)
+            except OSError:
                 continue
-            net_dir = os.path.join(root, net)
-            if not os.path.isdir(net_dir):
-                continue
-            for g in os.listdir(net_dir):
-                gdir = os.path.join(net_dir, g)
-                if not g.isdigit():
-                    continue
-                try:
-                    its = os.listdir(gdir)
-                except OSError:
-                    continue
-                for it in its:
-                    path = os.path.join(gdir, it)
-                    if it.isdigit() and path not in self._open and path not in self._finished and \
-                            os.path.isdir(path):
-                        self._open[path] = (int(it), int(g), set())
+            for it in its:
+                path = os.path.join(gdir, it)
+                if it.isdigit() and path not in self._open and path not in self._finished and os.path.isdir(path):
+                    self._open[path] = (int(it), g, set())
 
     def new_files(self) -> list[tuple[int, int, str, list[str]]]:
         """``(iteration, graph id, directory, new file names)``, in (iteration, graph) order."""

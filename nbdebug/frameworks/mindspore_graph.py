@@ -696,8 +696,9 @@ _EMPTY = np.zeros(0, np.float32)
 def misdump_reason(path: str, file_dtype: str, device_dtype: str) -> str:
     """Why a dump file that disagrees with its kernel's dtype is not shown (see :meth:`RunRecorder._load`).
 
-    >>> misdump_reason("/d/MatMul.x.output.0.DefaultFormat.Float16.npy", "float16", "float32")[:60]
-    'not the value used: MindSpore's kernel dump wrote this float'
+    >>> misdump_reason("/d/MatMul.x.output.0.DefaultFormat.Float16.npy", "float16", "float32").split(", so")[0]
+    "not the value used: MindSpore's kernel dump wrote this float32 tensor as float16 (the graph's declared \
+type; the CPU kernel computes in float32)"
     """
     return (f"not the value used: MindSpore's kernel dump wrote this {device_dtype} tensor as {file_dtype} "
             f"(the graph's declared type; the CPU kernel computes in {device_dtype}), so "
@@ -951,8 +952,8 @@ def is_kernel_dump(path: str) -> bool:
     return False
 
 
-def iteration_dirs(rank_dir: str) -> list[tuple[int, int, str]]:
-    """``(iteration, graph id, path)`` for every ``{net}/{graph}/{iteration}`` directory of a rank."""
+def graph_dirs(rank_dir: str) -> list[tuple[int, str]]:
+    """``(graph id, path)`` of every ``{net}/{graph}`` directory of a rank."""
     out = []
     for net in sorted(os.listdir(rank_dir)) if os.path.isdir(rank_dir) else []:
         if net in ("graphs", "execution_order") or net.startswith("."):
@@ -962,11 +963,18 @@ def iteration_dirs(rank_dir: str) -> list[tuple[int, int, str]]:
             continue
         for g in os.listdir(net_dir):
             gdir = os.path.join(net_dir, g)
-            if not g.isdigit() or not os.path.isdir(gdir):
-                continue
-            for it in os.listdir(gdir):
-                if it.isdigit() and os.path.isdir(os.path.join(gdir, it)):
-                    out.append((int(it), int(g), os.path.join(gdir, it)))
+            if g.isdigit() and os.path.isdir(gdir):
+                out.append((int(g), gdir))
+    return out
+
+
+def iteration_dirs(rank_dir: str) -> list[tuple[int, int, str]]:
+    """``(iteration, graph id, path)`` for every ``{net}/{graph}/{iteration}`` directory of a rank."""
+    out = []
+    for g, gdir in graph_dirs(rank_dir):
+        for it in os.listdir(gdir):
+            if it.isdigit() and os.path.isdir(os.path.join(gdir, it)):
+                out.append((int(it), g, os.path.join(gdir, it)))
     out.sort()
     return out
 

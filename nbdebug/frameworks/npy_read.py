@@ -3,8 +3,9 @@
 ``numpy.load`` parses the header with ``ast.literal_eval`` (a compile per file), which is most of the cost
 of reading a small tensor. :func:`read_npy` parses the header of the files MindSpore writes (format
 versions 1–3, a ``descr`` string, ``fortran_order`` and a shape of integers) with a regular expression and
-reads the file with one ``readinto`` (the array is a view of that buffer); any other header (structured dtypes, pickled objects) goes to
-``numpy.load(allow_pickle=False)``, so nothing is unpickled. Needs numpy only.
+reads the file with one ``readinto`` (the array is a view of that buffer); any other header (structured
+dtypes, pickled objects) goes to ``numpy.load(allow_pickle=False)``, so nothing is unpickled. Needs numpy
+only.
 
 >>> import os, tempfile, numpy as np
 >>> p = os.path.join(tempfile.mkdtemp(), "x.npy"); np.save(p, np.arange(6, dtype=np.float32).reshape(2, 3))
