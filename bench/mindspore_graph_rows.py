@@ -8,7 +8,7 @@ own dump costs, nothing read). Rounds alternate the order per model; a configura
 median over rounds of the mean step time of ``steps`` timed steps after ``warmup`` (the first compile is
 in the warm-up), and the ratio is nbdebug's median over the baseline's. Each process then times
 ``steps`` single steps: the fastest one over all rounds (``best_ms``) is the figure least disturbed by
-other load on a shared machine.
+other load on a shared machine; ``cpu_ms`` is the process's CPU time per step over them.
 
 Models: ``lenet`` and ``mlp`` (as the PyNative rows, cross-entropy), ``bn_cnn`` (two conv + BatchNorm +
 ReLU blocks, cross-entropy), ``regressor`` (dense 64→128→1 with MSELoss, batch 16). Run through
@@ -22,6 +22,7 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -90,7 +91,10 @@ def child(model: str, config: str, warmup: int, steps: int) -> dict[str, Any]:
     step = lambda: float(train(x, y).asnumpy())  # noqa: E731
     out = {"ms": _time(step, warmup, steps) * 1e3}
     # the fastest single step of as many again: on a shared machine, the figure least disturbed by others
+    cpu0 = time.process_time()
     out["best_ms"] = min(_time(step, 0, 1) for _ in range(steps)) * 1e3
+    # CPU time of the process (all threads) per step: the work done, whatever else the machine runs
+    out["cpu_ms"] = (time.process_time() - cpu0) / steps * 1e3
     if dbg is not None:
         out["steps_recorded"] = dbg.step_index
         out["nodes"] = len(dbg.graph)
@@ -113,6 +117,7 @@ def measure(model: str, config: str, warmup: int, steps: int) -> dict[str, Any]:
 def graph_rows(models: tuple[str, ...] = MODELS, rounds: int = 3, warmup: int = 3, steps: int = 10) -> dict:
     times: dict[tuple[str, str], list[float]] = {}
     best: dict[tuple[str, str], list[float]] = {}
+    cpu: dict[tuple[str, str], list[float]] = {}
     extra: dict[str, dict[str, Any]] = {}
     for r in range(rounds):
         for m in models:
@@ -121,8 +126,9 @@ def graph_rows(models: tuple[str, ...] = MODELS, rounds: int = 3, warmup: int = 
                 res = measure(m, c, warmup, steps)
                 times.setdefault((m, c), []).append(res["ms"])
                 best.setdefault((m, c), []).append(res["best_ms"])
+                cpu.setdefault((m, c), []).append(res["cpu_ms"])
                 if c == "nbdebug":
-                    extra[m] = {k: v for k, v in res.items() if k not in ("ms", "best_ms")}
+                    extra[m] = {k: v for k, v in res.items() if k not in ("ms", "best_ms", "cpu_ms")}
                 print(f"GRAPH round {r + 1} {m:10s} {c:9s} {res['ms']:8.2f} ms/step", file=sys.stderr, flush=True)
     rows = {}
     for m in models:
@@ -135,6 +141,7 @@ def graph_rows(models: tuple[str, ...] = MODELS, rounds: int = 3, warmup: int = 
         rows[m]["best_ms"] = fastest
         rows[m]["best_ratio"] = fastest["nbdebug"] / fastest["baseline"]
         rows[m]["best_floor_ratio"] = fastest["floor"] / fastest["baseline"]
+        rows[m]["cpu_ms"] = {c: statistics.median(cpu[(m, c)]) for c in CONFIGS}
     return rows
 
 
@@ -150,6 +157,11 @@ def format_rows(rows: dict) -> str:
         b = r["best_ms"]
         out.append(f"{m:12s} {b['baseline']:8.2f} {b['floor']:9.2f} {r['best_floor_ratio']:6.2f}× "
                    f"{b['nbdebug']:10.2f} {r['best_ratio']:6.2f}×")
+    out.append("process CPU time per step (all threads): base / floor / nbdebug ms")
+    for m, r in rows.items():
+        c = r["cpu_ms"]
+        out.append(f"{m:12s} {c['baseline']:8.2f} {c['floor']:9.2f} {c['floor'] / c['baseline']:6.2f}× "
+                   f"{c['nbdebug']:10.2f} {c['nbdebug'] / c['baseline']:6.2f}×")
     return "\n".join(out)
 
 
