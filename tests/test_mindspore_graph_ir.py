@@ -268,6 +268,18 @@ AMP_O2 = """\
                                rtol=2e-3, atol=2e-3)
     np.testing.assert_array_equal(dbg.tensor(relu, "output.0"), np.maximum(got, 0))
     shutil.copytree(dbg._adapter.dump_dir, "copy")
+    # every kernel got its own files (MindSpore's -opN numbering in file names is not the graph's): each
+    # slot has the shape and the dump dtype the graph declares for that kernel
+    from nbdebug.frameworks import mindspore_graph as kd
+    rank = kd.find_rank_dirs("copy")[0]
+    (gid,) = dbg.session.kernel_graphs.values()
+    checked = 0
+    for k in kd.load_kernel_graph(rank, gid).kernels:
+        for slot, (dtype, shape) in k.declared.items():
+            if slot in nodes[k.name].shapes:
+                assert nodes[k.name].shapes[slot] == shape, (k.name, slot, nodes[k.name].shapes[slot], shape)
+                checked += 1
+    assert checked > 80, checked
     dbg.close()
     off = nbdebug.load("copy")
     ost = off.stats(mm, "output.0", off.steps[-1])

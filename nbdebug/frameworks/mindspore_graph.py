@@ -38,7 +38,7 @@ import numpy as np
 
 from ..session.session import Session
 from ..session.store import NotRetainedError
-from .npy_read import read_npy
+from .npy_read import read_npy, read_npy_shape
 
 try:  # the optional native kernel; numpy is the fallback
     from nbdebug import _fastats
@@ -349,6 +349,8 @@ class KernelGraph:
     file: str  # the graph file name, e.g. ms_output_trace_code_graph_0.ir
     kernels: list[Kernel]
     params: dict[str, IRParam]  # by parameter name
+    #: dump file key -> kernel name, learnt from the first run (see :func:`match_kernel_files`)
+    pairing: dict[str, str] = field(default_factory=dict)
 
     @property
     def weight_names(self) -> set[str]:
@@ -562,11 +564,13 @@ _OP_INDEX = re.compile(r"-op\d+$")
 def match_kernel_files(kg: KernelGraph, files: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
     """``{kernel name: its files}`` for one run.
 
-    The ``-op{N}`` suffix in dump file names can differ from the one in the graph file and the execution
-    order (MindSpore numbers kernels again when it builds them: under AMP the graph's ``Cast-op2..op6`` of a
-    scope are dumped as ``Cast-op0..op4``), so a name can even match the wrong kernel. Kernels of one scope
-    and type are therefore paired by name only when the names of the group agree exactly; otherwise the
-    group's kernels, in execution order, are paired with its files in dump (timestamp) order.
+    The ``-op{N}`` suffix in dump file names is MindSpore's own numbering, not the graph file's and the
+    execution order's (under AMP the graph's ``Cast-op2..op6`` of a scope are dumped as ``Cast-op0..op4``,
+    and where both count ``op0..op5`` they may name different kernels), and the runtime may run independent
+    kernels in another order than the csv. So the kernels of one scope and type are paired with its files
+    by the declared dtype and shape of every slot (from the IR; shapes from the files' headers), ties in
+    execution order against dump (timestamp) order. A file keeps its kernel across runs: the pairing is
+    learnt once per graph (``kg.pairing``).
     """
     groups: dict[str, list[Kernel]] = {}
     for k in kg.kernels:
@@ -577,20 +581,21 @@ def match_kernel_files(kg: KernelGraph, files: dict[str, dict[str, str]]) -> dic
             spare.setdefault(_OP_INDEX.sub("", key), []).append((int(f.get("__ts__", 0)), key))
     out: dict[str, dict[str, str]] = {}
     for group, kernels in groups.items():
-        found = spare.get(group, [])
-        if {k.file_key for k in kernels} == {key for _ts, key in found}:
-            out.update((k.name, files[k.file_key]) for k in kernels)
+        keys = [key for _ts, key in sorted(spare.get(group, ()))]
+        if len(kernels) == 1 and len(keys) == 1:
+            out[kernels[0].name] = files[keys[0]]
             continue
-        # Neither names nor the execution order can be trusted here (the runtime may run independent kernels,
-        # e.g. AMP's weight Casts, in another order than the csv): pair by the declared dtype and shape of
-        # every slot, then by time.
-        unused = [(_file_signature(files[key]), key) for _ts, key in sorted(found)]
+        if keys and all(key in kg.pairing for key in keys):
+            out.update((kg.pairing[key], files[key]) for key in keys)
+            continue
+        unused = [(_file_signature(files[key]), key) for key in keys]
         for k in kernels:
-            pick = next((i for i, (sig, _key) in enumerate(unused) if _signature_fits(k, sig)), None)
-            if pick is None and unused:
-                pick = 0
-            if pick is not None:
-                out[k.name] = files[unused.pop(pick)[1]]
+            if not unused:
+                break
+            pick = next((i for i, (sig, _key) in enumerate(unused) if _signature_fits(k, sig)), 0)
+            key = unused.pop(pick)[1]
+            out[k.name] = files[key]
+            kg.pairing[key] = k.name
     return out
 
 
@@ -600,7 +605,7 @@ def _file_signature(kfiles: dict[str, str]) -> dict[str, tuple[str, tuple[int, .
         if slot.startswith("__"):
             continue
         try:
-            shape = tuple(int(d) for d in load_npy(path).shape)
+            shape = read_npy_shape(path)
         except ValueError:
             shape = None
         sig[slot] = (kfiles.get(f"__dtype__.{slot}", ""), shape)
@@ -612,7 +617,10 @@ def _signature_fits(k: Kernel, sig: dict[str, tuple[str, tuple[int, ...] | None]
         return True
     for slot, (dtype, shape) in sig.items():
         want = k.declared.get(slot)
-        if want is not None and (want[0] != dtype or (shape is not None and tuple(want[1]) != shape)):
+        if want is None:
+            continue
+        if want[0] != dtype or (shape is not None and (len(want[1]) != len(shape) or any(
+                w >= 0 and w != d for w, d in zip(want[1], shape, strict=True)))):  # -1: a dynamic dimension
             return False
     return True
 

@@ -25,6 +25,44 @@ _HEADER = re.compile(
     r"^\{\s*'descr':\s*'([^']+)',\s*'fortran_order':\s*(True|False),\s*'shape':\s*\(([\d,\s]*)\),?\s*\}\s*$")
 
 
+def _header(buf: bytes | bytearray) -> tuple[np.dtype, tuple[int, ...], bool, int] | None:
+    """``(dtype, shape, fortran order, data offset)`` from a file's first bytes; None for a header this
+    parser leaves to numpy; ``ValueError`` for what is not a readable ``.npy``."""
+    if len(buf) < 10 or buf[:6] != _MAGIC:
+        raise ValueError("not a .npy file")
+    major = buf[6]
+    if major == 1:
+        start = 10
+        hlen = buf[8] | buf[9] << 8
+    elif major in (2, 3):
+        start = 12
+        hlen = int.from_bytes(buf[8:12], "little")
+    else:
+        raise ValueError(f"unknown .npy format version {major}")
+    if len(buf) < start + hlen:
+        raise ValueError("truncated header")
+    m = _HEADER.match(bytes(buf[start:start + hlen]).decode("latin1" if major < 3 else "utf-8").strip())
+    if m is None:
+        return None
+    descr, fortran, dims = m.groups()
+    dtype = np.dtype(descr)
+    if dtype.hasobject:
+        raise ValueError("object arrays are not read (they need unpickling)")
+    shape = tuple(int(d) for d in dims.replace(" ", "").split(",") if d)
+    return dtype, shape, fortran == "True", start + hlen
+
+
+def read_npy_shape(path: str) -> tuple[int, ...]:
+    """The shape stored in ``path``'s header (the data is not read); ``ValueError`` when unreadable."""
+    try:
+        with open(path, "rb", buffering=0) as f:
+            head = f.read(4096)
+        parsed = _header(head)
+    except (OSError, TypeError, ValueError) as exc:
+        raise ValueError(f"cannot read dump file {path}: {exc}") from None
+    return parsed[1] if parsed is not None else tuple(_fallback(path).shape)
+
+
 def read_npy(path: str) -> np.ndarray:
     """The array in ``path`` (writable, C or Fortran order as written); raises ``ValueError`` naming the file
     when it cannot be read (truncated, not ``.npy``, or an object array)."""
@@ -33,34 +71,19 @@ def read_npy(path: str) -> np.ndarray:
             size = os.fstat(f.fileno()).st_size
             buf = bytearray(size)  # one read; the array is a (writable) view of this buffer
             got = f.readinto(buf)
-        if got != size or size < 10 or buf[:6] != _MAGIC:
-            raise ValueError("not a .npy file" if got == size else "file changed while read")
-        major = buf[6]
-        if major == 1:
-            start = 10
-            hlen = buf[8] | buf[9] << 8
-        elif major in (2, 3):
-            start = 12
-            hlen = int.from_bytes(buf[8:12], "little")
-        else:
-            raise ValueError(f"unknown .npy format version {major}")
-        header = buf[start:start + hlen].decode("latin1" if major < 3 else "utf-8")
-        m = _HEADER.match(header.strip())
-        if m is None:
+        if got != size:
+            raise ValueError("file changed while read")
+        parsed = _header(buf)
+        if parsed is None:
             return _fallback(path)
-        descr, fortran, dims = m.groups()
-        dtype = np.dtype(descr)
-        if dtype.hasobject:
-            raise ValueError("object arrays are not read (they need unpickling)")
-        shape = tuple(int(d) for d in dims.replace(" ", "").split(",") if d)
+        dtype, shape, fortran, offset = parsed
         count = int(np.prod(shape, dtype=np.int64)) if shape else 1
-        offset = start + hlen
         if size - offset < count * dtype.itemsize:
             raise ValueError(f"truncated: {(size - offset) // max(dtype.itemsize, 1)} of {count} values")
         data = np.frombuffer(buf, dtype=dtype, count=count, offset=offset)
     except (OSError, TypeError, ValueError) as exc:
         raise ValueError(f"cannot read dump file {path}: {exc}") from None
-    return data.reshape(shape, order="F" if fortran == "True" else "C")
+    return data.reshape(shape, order="F" if fortran else "C")
 
 
 def _fallback(path: str) -> np.ndarray:
