@@ -8,7 +8,8 @@ own dump costs, nothing read). Rounds alternate the order per model; a configura
 median over rounds of the mean step time of ``steps`` timed steps after ``warmup`` (the first compile is
 in the warm-up), and the ratio is nbdebug's median over the baseline's. Each process then times
 ``steps`` single steps: the fastest one over all rounds (``best_ms``) is the figure least disturbed by
-other load on a shared machine; ``cpu_ms`` is the process's CPU time per step over them.
+other load on a shared machine; ``cpu_ms`` is the process's CPU time per step over them. The floor's dump
+files are deleted between steps, untimed.
 
 Models: ``lenet`` and ``mlp`` (as the PyNative rows, cross-entropy), ``bn_cnn`` (two conv + BatchNorm +
 ReLU blocks, cross-entropy), ``regressor`` (dense 64→128→1 with MSELoss, batch 16). Run through
@@ -75,31 +76,48 @@ def child(model: str, config: str, warmup: int, steps: int) -> dict[str, Any]:
     ms.set_seed(0)
     net, x, y, loss = _build(model)
     dbg = None
+    between = None
     if config != "baseline":
         sys.path.insert(0, str(HERE.parent))
-    if config == "floor":  # MindSpore's own dump cost: armed as nbdebug arms it, no Debugger reading it
-        from nbdebug.frameworks.mindspore_graph_live import arm
+    if config == "floor":
+        # MindSpore's own dump cost: nbdebug's dump config armed, nothing patched or read; the files are
+        # deleted between steps, outside the timed step
+        from nbdebug.frameworks import mindspore_graph as kd
 
-        arm()
+        kd.arm_kernel_dump()
+
+        def between():
+            for rank in kd.find_rank_dirs(kd.armed_dump_dir()):
+                for _it, _g, path in kd.iteration_dirs(rank):
+                    kd.remove_files(os.path.join(path, f) for f in os.listdir(path))
     if config == "nbdebug":
         import nbdebug
 
         dbg = nbdebug.Debugger(net)  # before the first compile
     train = nn.TrainOneStepCell(nn.WithLossCell(net, loss), nn.SGD(net.trainable_params(), 0.01))
-    from overhead_mindspore import _time  # the PyNative rows' timing: warm-up, then the mean of the timed steps
-
-    step = lambda: float(train(x, y).asnumpy())  # noqa: E731
-    out = {"ms": _time(step, warmup, steps) * 1e3}
-    # the fastest single step of as many again: on a shared machine, the figure least disturbed by others
-    cpu0 = time.process_time()
-    out["best_ms"] = min(_time(step, 0, 1) for _ in range(steps)) * 1e3
-    # CPU time of the process (all threads) per step: the work done, whatever else the machine runs
-    out["cpu_ms"] = (time.process_time() - cpu0) / steps * 1e3
+    out = _timed_steps(lambda: float(train(x, y).asnumpy()), warmup, steps, between)
     if dbg is not None:
         out["steps_recorded"] = dbg.step_index
         out["nodes"] = len(dbg.graph)
         dbg.close()
     return out
+
+
+def _timed_steps(step: Any, warmup: int, steps: int, between: Any = None) -> dict[str, float]:
+    """Mean wall time per step over ``steps`` steps after ``warmup``, then the fastest single step of as many
+    again (on a shared machine, the figure least disturbed by others) and the process's CPU time per step
+    (all threads: the work done, whatever else the machine runs); ``between`` runs untimed after each."""
+    walls, cpus = [], []
+    for i in range(warmup + 2 * steps):
+        t0, c0 = time.perf_counter(), time.process_time()
+        step()
+        if i >= warmup:
+            walls.append(time.perf_counter() - t0)
+            cpus.append(time.process_time() - c0)
+        if between is not None:
+            between()
+    return {"ms": sum(walls[:steps]) / steps * 1e3, "best_ms": min(walls[steps:]) * 1e3,
+            "cpu_ms": sum(cpus[steps:]) / steps * 1e3}
 
 
 def measure(model: str, config: str, warmup: int, steps: int) -> dict[str, Any]:
