@@ -149,8 +149,9 @@ _FRAME_RE = re.compile(r"#\s*In file (.+?):(\d+)(~\d+)?(?:, (\d+)~(\d+))?/(.*)/\
 #: the kernel-info type line: ``: (<Float32xDefaultFormat[const vector]{8, 32}>, ...) -> (<Float16x...>)``
 _DEVICE_LINE_RE = re.compile(r"^\s+: \(.*<((?:B?Float|U?Int|Complex)\d+|Bool|String)x\w+\[")
 _DEVICE_TYPE_RE = re.compile(r"<((?:B?Float|U?Int|Complex)\d+|Bool|String)x\w+\[")
-_ABSTRACT_LINE_RE = re.compile(r"^\s+: \(.*<(Ref\[)?Tensor\[")
-_ABSTRACT_TYPE_RE = re.compile(r"<(?:Ref\[)?Tensor\[(\w+)\]\]?, \(([^)]*)\)|<(\w*Monad)")
+_ABSTRACT_LINE_RE = re.compile(r"^\s+: \(<")
+_ABSTRACT_TENSOR_RE = re.compile(r"^<(?:Ref\[)?Tensor\[(\w+)\]\]?, \(([^)]*)\)")
+_ABSTRACT_SCALAR_RE = re.compile(r"^<(\w+), NoShape>$")
 _FILE_RE = re.compile(r"#\s*In file (.+?):(\d+)(?:~\d+)?(?:, [\d~]+)?/(.*)/\s*$")
 
 
@@ -177,9 +178,10 @@ class IRNode:
     #: IR's kernel-info line; empty when the IR has none
     device_in: tuple[str, ...] = ()
     device_out: tuple[str, ...] = ()
-    #: the graph's declared (dtype, shape) of each tensor input, then of each output (the abstract line)
-    declared_in: tuple[tuple[str, tuple[int, ...]], ...] = ()
-    declared_out: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    #: the graph's declared (dtype, shape) of each input (monads left out), then of each output (the abstract
+    #: line); dtype "" or shape None where it says nothing usable (tuples; scalars have no shape)
+    declared_in: tuple[tuple[str, tuple[int, ...] | None], ...] = ()
+    declared_out: tuple[tuple[str, tuple[int, ...] | None], ...] = ()
 
 
 @dataclass
@@ -210,6 +212,40 @@ def _split_args(text: str) -> tuple[list[str], str]:
             continue
         cur.append(ch)
     raise ValueError("unbalanced parentheses")
+
+
+def _entries(text: str) -> list[str]:
+    """The top-level ``<...>`` entries of a type line's side."""
+    out, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch == "<":
+            if depth == 0:
+                start = i
+            depth += 1
+        elif ch == ">" and depth:
+            depth -= 1
+            if depth == 0:
+                out.append(text[start:i + 1])
+    return out
+
+
+def _declared(side: str) -> tuple[tuple[str, tuple[int, ...] | None], ...]:
+    """``(dtype, shape)`` per non-monad entry of the abstract type line's inputs or outputs.
+
+    >>> _declared("(<Tensor[Float16], (8, 64)>, <Bool, NoShape>, <UMonad, NoShape>, <Tuple[Int64*2], x>)")
+    (('float16', (8, 64)), ('bool', None), ('', None))
+    """
+    out = []
+    for e in _entries(side):
+        if e.startswith(("<UMonad", "<IOMonad")):
+            continue
+        t = _ABSTRACT_TENSOR_RE.match(e)
+        if t:
+            out.append((t.group(1).lower(), _shape(t.group(2))))
+            continue
+        sc = _ABSTRACT_SCALAR_RE.match(e)
+        out.append((sc.group(1).lower(), None) if sc else ("", None))
+    return tuple(out)
 
 
 def _shape(text: str) -> tuple[int, ...]:
@@ -258,17 +294,15 @@ def parse_ir(text: str, file: str = "<ir>") -> IRGraph:
                 last = IRNode(f"{sub}:{n}", op.removeprefix("PrimFunc_"), args)
                 nodes[last.nid] = last
                 continue
-            if last is not None and line.startswith("      : (") and not last.declared_in and \
-                    not last.declared_out and _ABSTRACT_LINE_RE.match(line):
-                ins, _, outs = line.partition(" -> ")
-                last.declared_in, last.declared_out = (
-                    tuple((t.lower(), _shape(sh)) for t, sh, monad in _ABSTRACT_TYPE_RE.findall(part) if not monad)
-                    for part in (ins, outs))
-                continue
             if last is not None and line.startswith("      : (") and _DEVICE_LINE_RE.match(line):
                 ins, _, outs = line.partition(" -> ")
                 last.device_in = tuple(t.lower() for t in _DEVICE_TYPE_RE.findall(ins))
                 last.device_out = tuple(t.lower() for t in _DEVICE_TYPE_RE.findall(outs))
+                continue
+            if last is not None and line.startswith("      : (") and not last.declared_in and \
+                    not last.declared_out and _ABSTRACT_LINE_RE.match(line):
+                ins, _, outs = line.partition(" -> ")
+                last.declared_in, last.declared_out = _declared(ins), _declared(outs)
                 continue
             if last is not None and line.startswith("      #"):
                 s = _SCOPE_RE.search(line)
@@ -320,8 +354,9 @@ class Kernel:
     frames: list[tuple[str, int, int, int, str]] = field(default_factory=list)
     #: ``{"input.0": "float32", "output.0": ...}``: the dtypes the selected kernel reads and writes
     device_dtypes: dict[str, str] = field(default_factory=dict)
-    #: ``{"input.0": ("float16", (8, 64)), ...}``: the graph's declared dtype and shape (what the dump names)
-    declared: dict[str, tuple[str, tuple[int, ...]]] = field(default_factory=dict)
+    #: ``{"input.0": ("float16", (8, 64)), ...}``: the graph's declared dtype and shape (what the dump names;
+    #: see :attr:`IRNode.declared_in`)
+    declared: dict[str, tuple[str, tuple[int, ...] | None]] = field(default_factory=dict)
 
 
 def file_key(op_type: str, fullname: str) -> str:
@@ -616,11 +651,11 @@ def _signature_fits(k: Kernel, sig: dict[str, tuple[str, tuple[int, ...] | None]
     if not k.declared:
         return True
     for slot, (dtype, shape) in sig.items():
-        want = k.declared.get(slot)
-        if want is None:
-            continue
-        if want[0] != dtype or (shape is not None and (len(want[1]) != len(shape) or any(
-                w >= 0 and w != d for w, d in zip(want[1], shape, strict=True)))):  # -1: a dynamic dimension
+        want_dtype, want_shape = k.declared.get(slot, ("", None))
+        if want_dtype and want_dtype != dtype:
+            return False
+        if want_shape is not None and shape is not None and (len(want_shape) != len(shape) or any(
+                w >= 0 and w != d for w, d in zip(want_shape, shape, strict=True))):  # -1: a dynamic dimension
             return False
     return True
 
