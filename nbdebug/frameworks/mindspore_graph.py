@@ -568,7 +568,7 @@ def parse_dump_name(fname: str, mapping: dict[str, str] | None = None) -> tuple[
     """``(file key, slot, timestamp, dtype)`` of a kernel dump file name, or None for other files."""
     if not fname.endswith(".npy"):
         return None
-    real = (mapping or {}).get(fname) or (mapping or {}).get(fname[:-4]) or fname
+    real = (mapping.get(fname) or mapping.get(fname[:-4]) or fname) if mapping else fname
     parts = (real[:-4] if real.endswith(".npy") else real).rsplit(".", 7)
     if len(parts) != 8 or parts[4] not in ("input", "output") or not parts[3].isdigit():
         return None
@@ -580,15 +580,20 @@ def index_files(iter_dir: str, names: Iterable[str]) -> dict[str, dict[str, str]
     """``{file key: {"input.0": path, ..., "__dtype__.input.0": dtype}}`` for dump files of one run."""
     mapping = _mapping(iter_dir)
     out: dict[str, dict[str, str]] = {}
+    first: dict[str, int] = {}
+    prefix = os.path.join(iter_dir, "")
     for fname in names:
         parsed = parse_dump_name(fname, mapping)
         if parsed is None:
             continue
         key, slot, ts, dtype = parsed
-        entry = out.setdefault(key, {})
-        entry[slot] = os.path.join(iter_dir, fname)
+        entry = out.get(key)
+        if entry is None:
+            entry = out[key] = {}
+        entry[slot] = prefix + fname
         entry["__dtype__." + slot] = dtype
-        if ts < int(entry.get("__ts__", ts + 1)):
+        if ts < first.get(key, ts + 1):
+            first[key] = ts
             entry["__ts__"] = str(ts)
     return out
 
