@@ -46,5 +46,8 @@ def test_graph_mode_rows_smoke():
         sys.modules.pop(spec.name, None)
     row = rows["regressor"]
     assert row["baseline_ms"] > 0 and math.isfinite(row["ratio"]) and row["ratio"] > 0
-    assert row["steps_recorded"] == 3 and row["nodes"] > 10  # warm-up + timed steps, every kernel a node
+    assert row["floor_ms"] > 0 and row["floor_ratio"] == row["floor_ms"] / row["baseline_ms"]
+    # warm-up + timed steps (their mean, then one by one), every kernel a node
+    assert row["steps_recorded"] == 1 + 2 + 2 and row["nodes"] > 10
+    assert 0 < row["best_ms"]["nbdebug"] and row["best_ratio"] > 0
     assert "regressor" in mod.format_rows(rows)

@@ -48,6 +48,7 @@ def test_graph_training_graph_names_stats_disk_and_offline(tmp_path):
     for i, (x, y) in enumerate(data):
         losses.append(float(train(x, y).asnumpy()))
         assert dbg.step_index == i + 1  # every run of the training graph is a step
+        dbg._adapter.remover.flush()  # older steps' files are deleted in the background
         per_step = per_step or len(_dump_files(dbg))
         assert len(_dump_files(dbg)) <= 2 * per_step  # only the current and previous steps stay on disk
         if i == 2:
@@ -246,3 +247,31 @@ def test_graph_compiled_before_the_debugger_is_a_clear_error(tmp_path):
                          cwd=tmp_path)
     assert "ERROR: MindSpore wrote no kernel dump" in res.stdout, res.stdout + res.stderr[-2000:]
     assert "before the first GRAPH_MODE call" in res.stdout
+
+
+def test_dump_scanner_stops_listing_finished_iterations_and_remover_deletes_in_the_background(tmp_path):
+    from nbdebug.frameworks.mindspore.dump_files import DumpScanner, FileRemover
+
+    def put(g, it, name):
+        d = tmp_path / "Net" / str(g) / str(it)
+        d.mkdir(parents=True, exist_ok=True)
+        (d / name).write_bytes(b"")
+        return str(d / name)
+
+    scanner = DumpScanner(str(tmp_path))
+    put(0, 0, "a.npy")
+    assert [(it, g, names) for it, g, _p, names in scanner.new_files()] == [(0, 0, ["a.npy"])]
+    put(0, 0, "b.npy")  # the newest iteration of a graph stays open: MindSpore may write into it again
+    put(0, 1, "c.npy")
+    put(1, 0, "d.npy")  # another graph's counter is its own
+    assert [(it, g, names) for it, g, _p, names in scanner.new_files()] == \
+        [(0, 0, ["b.npy"]), (0, 1, ["d.npy"]), (1, 0, ["c.npy"])]
+    put(0, 0, "late.npy")  # graph 0 has moved on to iteration 1: iteration 0 is no longer listed
+    put(1, 0, "e.npy")
+    assert [(it, g, names) for it, g, _p, names in scanner.new_files()] == [(0, 1, ["e.npy"])]
+    assert str(tmp_path / "Net" / "0" / "0") not in scanner._open
+    remover = FileRemover()
+    paths = [put(0, 1, f"x{i}.npy") for i in range(50)]
+    remover.remove(paths)
+    remover.flush()
+    assert not any(os.path.exists(p) for p in paths)

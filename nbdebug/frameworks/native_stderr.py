@@ -34,6 +34,8 @@ dropped: deque[str] = deque(maxlen=1000)
 
 _lock = threading.Lock()
 _state: dict = {"users": 0, "saved": None, "file": None, "failed": False, "noise": []}
+#: the capture file, reused by every capture of the process (a graph run captures twice a step)
+_spool: list = []
 
 
 def _start(noise: re.Pattern) -> None:
@@ -44,7 +46,11 @@ def _start(noise: re.Pattern) -> None:
                 sys.stderr.flush()
             except Exception:  # noqa: BLE001 - a closed or odd stderr must not stop training
                 pass
-            f = tempfile.TemporaryFile()
+            if not _spool:
+                _spool.append(tempfile.TemporaryFile())
+            f = _spool[0]
+            f.seek(0)
+            f.truncate()
             _state.update(saved=os.dup(2), file=f, failed=False)
             os.dup2(f.fileno(), 2)
         _state["users"] += 1
@@ -60,10 +66,11 @@ def _stop(noise: re.Pattern, failed: bool) -> None:
         saved, f = _state["saved"], _state["file"]
         os.dup2(saved, 2)
         os.close(saved)
+        _state.update(saved=None, file=None, noise=[])
+        if not os.fstat(f.fileno()).st_size:
+            return
         f.seek(0)
         text = f.read().decode("utf-8", "replace")
-        f.close()
-        _state.update(saved=None, file=None, noise=[])
         keep = text
         if not _state["failed"]:
             lines = text.splitlines(keepends=True)

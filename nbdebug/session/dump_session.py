@@ -200,6 +200,8 @@ class DumpSession(Session):
         out["unknown"] = unknown
         tf = self.files.get(idx, {}).get((node, slot))
         out["file"] = tf.path if tf is not None else None
+        if i in table.unsupported:
+            out["unsupported"] = table.unsupported[i]
         return out
 
     def tensor(self, node: str, slot: str, step: int | str = "current") -> np.ndarray:
@@ -217,8 +219,12 @@ class DumpSession(Session):
             raise KeyError(f"{node} {slot}: no step {idx} in this dump (steps {self.step_range()})")
         tf = self.files.get(idx, {}).get(key)
         if tf is None:
-            if key not in self.steps[idx].index:
+            table = self.steps[idx]
+            if key not in table.index:
                 raise KeyError(f"{node} {slot} is not in step {idx} of the dump")
+            why = table.unsupported.get(table.index[key], "")
+            if why.startswith("not the value used"):
+                raise NotRetainedError(f"{node} {slot}: {why}")
             raise NotRetainedError(f"{node} {slot}: step {idx} of the dump has statistics only, no tensor file")
         ck = (idx, node, slot)
         arr = self._cache.get(ck)

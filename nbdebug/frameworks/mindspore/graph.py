@@ -38,6 +38,7 @@ import numpy as np
 
 from ...session.session import Session
 from ...session.store import NotRetainedError
+from ..npy_read import read_npy, read_npy_shape
 
 try:  # the optional native kernel; numpy is the fallback
     from nbdebug import _fastats
@@ -102,7 +103,7 @@ def arm_kernel_dump() -> str:
                 f"{ENV} is already set to {current!r}; in GRAPH mode nbdebug drives MindSpore's kernel dump "
                 f"itself. Unset the variable (and restart the kernel), or open that dump offline with "
                 f"nbdebug.load(<its path>)")
-        root = tempfile.mkdtemp(prefix="nbdebug-msdump-")
+        root = tempfile.mkdtemp(prefix="nbdebug-msdump-", dir=dump_parent())
         cfg_path = os.path.join(root, "dump_config.json")
         with open(cfg_path, "w") as f:
             json.dump(dump_config(os.path.join(root, "dump")), f)
@@ -110,6 +111,26 @@ def arm_kernel_dump() -> str:
         _ARMED.update(root=root, dump=os.path.join(root, "dump"), config=cfg_path)
         atexit.register(shutil.rmtree, root, True)
         return root
+
+
+#: free space a memory file system must have to hold the dump (two steps of tensors stay on it)
+SHM_MIN_FREE = 1 << 30
+SHM = "/dev/shm"
+
+
+def dump_parent() -> str | None:
+    """Where the dump directory goes: ``/dev/shm`` (memory) when it exists, is writable and has
+    :data:`SHM_MIN_FREE` bytes free — MindSpore writes every tensor of every step, and on a disk that
+    write is about half the dump's cost — else the system's temporary directory (None).
+    ``NBDEBUG_DUMP_PARENT`` overrides both."""
+    chosen = os.environ.get("NBDEBUG_DUMP_PARENT")
+    if chosen:
+        return chosen
+    try:
+        st = os.statvfs(SHM)
+    except OSError:
+        return None
+    return SHM if os.access(SHM, os.W_OK) and st.f_bavail * st.f_frsize >= SHM_MIN_FREE else None
 
 
 def armed_dump_dir() -> str | None:
@@ -125,6 +146,12 @@ MAX_CONTINUATION_LINES = 100_000
 _NODE_RE = re.compile(r"^\s+%(\d+)\(([^)]*)\) = ([^\s(]+)\((.*)$")
 _SCOPE_RE = re.compile(r"#\s*Fullname with scope: \((.*)\)\s*$")
 _FRAME_RE = re.compile(r"#\s*In file (.+?):(\d+)(~\d+)?(?:, (\d+)~(\d+))?/(.*)/\s*$")
+#: the kernel-info type line: ``: (<Float32xDefaultFormat[const vector]{8, 32}>, ...) -> (<Float16x...>)``
+_DEVICE_LINE_RE = re.compile(r"^\s+: \(.*<((?:B?Float|U?Int|Complex)\d+|Bool|String)x\w+\[")
+_DEVICE_TYPE_RE = re.compile(r"<((?:B?Float|U?Int|Complex)\d+|Bool|String)x\w+\[")
+_ABSTRACT_LINE_RE = re.compile(r"^\s+: \(<")
+_ABSTRACT_TENSOR_RE = re.compile(r"^<(?:Ref\[)?Tensor\[(\w+)\]\]?, \(([^)]*)\)")
+_ABSTRACT_SCALAR_RE = re.compile(r"^<(\w+), NoShape>$")
 _FILE_RE = re.compile(r"#\s*In file (.+?):(\d+)(?:~\d+)?(?:, [\d~]+)?/(.*)/\s*$")
 
 
@@ -147,6 +174,14 @@ class IRNode:
     #: the call chain, outermost first: (file, line, first column, end column, source line); columns are
     #: -1 when the expression spans several lines
     frames: list[tuple[str, int, int, int, str]] = field(default_factory=list)
+    #: the selected kernel's device dtypes (``("float32", ...)`` for the inputs, then the outputs), from the
+    #: IR's kernel-info line; empty when the IR has none
+    device_in: tuple[str, ...] = ()
+    device_out: tuple[str, ...] = ()
+    #: the graph's declared (dtype, shape) of each input (monads left out), then of each output (the abstract
+    #: line); dtype "" or shape None where it says nothing usable (tuples; scalars have no shape)
+    declared_in: tuple[tuple[str, tuple[int, ...] | None], ...] = ()
+    declared_out: tuple[tuple[str, tuple[int, ...] | None], ...] = ()
 
 
 @dataclass
@@ -177,6 +212,40 @@ def _split_args(text: str) -> tuple[list[str], str]:
             continue
         cur.append(ch)
     raise ValueError("unbalanced parentheses")
+
+
+def _entries(text: str) -> list[str]:
+    """The top-level ``<...>`` entries of a type line's side."""
+    out, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch == "<":
+            if depth == 0:
+                start = i
+            depth += 1
+        elif ch == ">" and depth:
+            depth -= 1
+            if depth == 0:
+                out.append(text[start:i + 1])
+    return out
+
+
+def _declared(side: str) -> tuple[tuple[str, tuple[int, ...] | None], ...]:
+    """``(dtype, shape)`` per non-monad entry of the abstract type line's inputs or outputs.
+
+    >>> _declared("(<Tensor[Float16], (8, 64)>, <Bool, NoShape>, <UMonad, NoShape>, <Tuple[Int64*2], x>)")
+    (('float16', (8, 64)), ('bool', None), ('', None))
+    """
+    out = []
+    for e in _entries(side):
+        if e.startswith(("<UMonad", "<IOMonad")):
+            continue
+        t = _ABSTRACT_TENSOR_RE.match(e)
+        if t:
+            out.append((t.group(1).lower(), _shape(t.group(2))))
+            continue
+        sc = _ABSTRACT_SCALAR_RE.match(e)
+        out.append((sc.group(1).lower(), None) if sc else ("", None))
+    return tuple(out)
 
 
 def _shape(text: str) -> tuple[int, ...]:
@@ -224,6 +293,16 @@ def parse_ir(text: str, file: str = "<ir>") -> IRGraph:
                         i += 1
                 last = IRNode(f"{sub}:{n}", op.removeprefix("PrimFunc_"), args)
                 nodes[last.nid] = last
+                continue
+            if last is not None and line.startswith("      : (") and _DEVICE_LINE_RE.match(line):
+                ins, _, outs = line.partition(" -> ")
+                last.device_in = tuple(t.lower() for t in _DEVICE_TYPE_RE.findall(ins))
+                last.device_out = tuple(t.lower() for t in _DEVICE_TYPE_RE.findall(outs))
+                continue
+            if last is not None and line.startswith("      : (") and not last.declared_in and \
+                    not last.declared_out and _ABSTRACT_LINE_RE.match(line):
+                ins, _, outs = line.partition(" -> ")
+                last.declared_in, last.declared_out = _declared(ins), _declared(outs)
                 continue
             if last is not None and line.startswith("      #"):
                 s = _SCOPE_RE.search(line)
@@ -273,6 +352,11 @@ class Kernel:
     sources: dict[str, tuple[str, ...]] = field(default_factory=dict)
     #: the IR's call chain of the kernel (see :class:`IRNode`), for recovering Cell scopes
     frames: list[tuple[str, int, int, int, str]] = field(default_factory=list)
+    #: ``{"input.0": "float32", "output.0": ...}``: the dtypes the selected kernel reads and writes
+    device_dtypes: dict[str, str] = field(default_factory=dict)
+    #: ``{"input.0": ("float16", (8, 64)), ...}``: the graph's declared dtype and shape (what the dump names;
+    #: see :attr:`IRNode.declared_in`)
+    declared: dict[str, tuple[str, tuple[int, ...] | None]] = field(default_factory=dict)
 
 
 def file_key(op_type: str, fullname: str) -> str:
@@ -300,6 +384,8 @@ class KernelGraph:
     file: str  # the graph file name, e.g. ms_output_trace_code_graph_0.ir
     kernels: list[Kernel]
     params: dict[str, IRParam]  # by parameter name
+    #: dump file key -> kernel name, learnt from the first run (see :func:`match_kernel_files`)
+    pairing: dict[str, str] = field(default_factory=dict)
 
     @property
     def weight_names(self) -> set[str]:
@@ -353,6 +439,10 @@ def build_kernel_graph(ir: IRGraph, order: list[str], graph_id: int) -> KernelGr
                    _user_frames(node.stack) if node else [])
         if node is not None:
             k.frames = node.frames
+            k.declared = {**{f"input.{i}": t for i, t in enumerate(node.declared_in)},
+                          **{f"output.{i}": t for i, t in enumerate(node.declared_out)}}
+            k.device_dtypes = {**{f"input.{i}": t for i, t in enumerate(node.device_in)},
+                               **{f"output.{i}": t for i, t in enumerate(node.device_out)}}
             i = 0
             for arg in node.args:
                 if arg.startswith(("UMonad", "IOMonad")):
@@ -478,7 +568,7 @@ def parse_dump_name(fname: str, mapping: dict[str, str] | None = None) -> tuple[
     """``(file key, slot, timestamp, dtype)`` of a kernel dump file name, or None for other files."""
     if not fname.endswith(".npy"):
         return None
-    real = (mapping or {}).get(fname) or (mapping or {}).get(fname[:-4]) or fname
+    real = (mapping.get(fname) or mapping.get(fname[:-4]) or fname) if mapping else fname
     parts = (real[:-4] if real.endswith(".npy") else real).rsplit(".", 7)
     if len(parts) != 8 or parts[4] not in ("input", "output") or not parts[3].isdigit():
         return None
@@ -490,15 +580,20 @@ def index_files(iter_dir: str, names: Iterable[str]) -> dict[str, dict[str, str]
     """``{file key: {"input.0": path, ..., "__dtype__.input.0": dtype}}`` for dump files of one run."""
     mapping = _mapping(iter_dir)
     out: dict[str, dict[str, str]] = {}
+    first: dict[str, int] = {}
+    prefix = os.path.join(iter_dir, "")
     for fname in names:
         parsed = parse_dump_name(fname, mapping)
         if parsed is None:
             continue
         key, slot, ts, dtype = parsed
-        entry = out.setdefault(key, {})
-        entry[slot] = os.path.join(iter_dir, fname)
+        entry = out.get(key)
+        if entry is None:
+            entry = out[key] = {}
+        entry[slot] = prefix + fname
         entry["__dtype__." + slot] = dtype
-        if ts < int(entry.get("__ts__", ts + 1)):
+        if ts < first.get(key, ts + 1):
+            first[key] = ts
             entry["__ts__"] = str(ts)
     return out
 
@@ -509,28 +604,65 @@ _OP_INDEX = re.compile(r"-op\d+$")
 def match_kernel_files(kg: KernelGraph, files: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
     """``{kernel name: its files}`` for one run.
 
-    The ``-op{N}`` suffix in dump file names can differ from the one in the graph file and the execution
-    order (MindSpore numbers kernels again when it builds them), so kernels of the same scope and type
-    are paired with files of the same scope and type in execution order (files ordered by timestamp).
+    The ``-op{N}`` suffix in dump file names is MindSpore's own numbering, not the graph file's and the
+    execution order's (under AMP the graph's ``Cast-op2..op6`` of a scope are dumped as ``Cast-op0..op4``,
+    and where both count ``op0..op5`` they may name different kernels), and the runtime may run independent
+    kernels in another order than the csv. So the kernels of one scope and type are paired with its files
+    by the declared dtype and shape of every slot (from the IR; shapes from the files' headers), ties in
+    execution order against dump (timestamp) order. A file keeps its kernel across runs: the pairing is
+    learnt once per graph (``kg.pairing``).
     """
-    out: dict[str, dict[str, str]] = {}
-    missing: dict[str, list[Kernel]] = {}
+    groups: dict[str, list[Kernel]] = {}
     for k in kg.kernels:
-        f = files.get(k.file_key)
-        if f is not None:
-            out[k.name] = f
-        else:
-            missing.setdefault(_OP_INDEX.sub("", k.file_key), []).append(k)
-    if missing:
-        used = {k.file_key for k in kg.kernels if k.name in out}
-        spare: dict[str, list[tuple[int, str]]] = {}
-        for key, f in files.items():
-            if key not in used and not key.startswith("Parameter."):
-                spare.setdefault(_OP_INDEX.sub("", key), []).append((int(f.get("__ts__", 0)), key))
-        for group, kernels in missing.items():
-            for k, (_ts, key) in zip(kernels, sorted(spare.get(group, ())), strict=False):
-                out[k.name] = files[key]
+        groups.setdefault(_OP_INDEX.sub("", k.file_key), []).append(k)
+    spare: dict[str, list[tuple[int, str]]] = {}
+    for key, f in files.items():
+        if not key.startswith("Parameter."):
+            spare.setdefault(_OP_INDEX.sub("", key), []).append((int(f.get("__ts__", 0)), key))
+    out: dict[str, dict[str, str]] = {}
+    for group, kernels in groups.items():
+        keys = [key for _ts, key in sorted(spare.get(group, ()))]
+        if len(kernels) == 1 and len(keys) == 1:
+            out[kernels[0].name] = files[keys[0]]
+            continue
+        if keys and all(key in kg.pairing for key in keys):
+            out.update((kg.pairing[key], files[key]) for key in keys)
+            continue
+        unused = [(_file_signature(files[key]), key) for key in keys]
+        for k in kernels:
+            if not unused:
+                break
+            pick = next((i for i, (sig, _key) in enumerate(unused) if _signature_fits(k, sig)), 0)
+            key = unused.pop(pick)[1]
+            out[k.name] = files[key]
+            kg.pairing[key] = k.name
     return out
+
+
+def _file_signature(kfiles: dict[str, str]) -> dict[str, tuple[str, tuple[int, ...] | None]]:
+    sig = {}
+    for slot, path in kfiles.items():
+        if slot.startswith("__"):
+            continue
+        try:
+            shape = read_npy_shape(path)
+        except ValueError:
+            shape = None
+        sig[slot] = (kfiles.get(f"__dtype__.{slot}", ""), shape)
+    return sig
+
+
+def _signature_fits(k: Kernel, sig: dict[str, tuple[str, tuple[int, ...] | None]]) -> bool:
+    if not k.declared:
+        return True
+    for slot, (dtype, shape) in sig.items():
+        want_dtype, want_shape = k.declared.get(slot, ("", None))
+        if want_dtype and want_dtype != dtype:
+            return False
+        if want_shape is not None and shape is not None and (len(want_shape) != len(shape) or any(
+                w >= 0 and w != d for w, d in zip(want_shape, shape, strict=True))):  # -1: a dynamic dimension
+            return False
+    return True
 
 
 def index_iteration(iter_dir: str) -> dict[str, dict[str, str]]:
@@ -571,7 +703,9 @@ def _slot_order(slot: str) -> tuple[int, int, str]:
 
 def load_npy(path: str) -> np.ndarray:
     try:
-        return np.load(path, allow_pickle=False)
+        return read_npy(path)
+    except ValueError:
+        raise
     except Exception as exc:  # noqa: BLE001 - any unreadable file: name it
         raise ValueError(f"cannot read dump file {path}: {exc}") from None
 
@@ -602,6 +736,22 @@ def array_row(arr: np.ndarray, out: np.ndarray) -> str | None:
         out[:] = [x.max(), x.min(), x.sum(), np.abs(x).sum(), (x * x).sum(), np.count_nonzero(x == 0),
                   np.count_nonzero(np.isnan(x)), np.count_nonzero(x == np.inf), np.count_nonzero(x == -np.inf)]
     return None
+
+
+_EMPTY = np.zeros(0, np.float32)
+
+
+def misdump_reason(path: str, file_dtype: str, device_dtype: str) -> str:
+    """Why a dump file that disagrees with its kernel's dtype is not shown (see :meth:`RunRecorder._load`).
+
+    >>> misdump_reason("/d/MatMul.x.output.0.DefaultFormat.Float16.npy", "float16", "float32").split(", so")[0]
+    "not the value used: MindSpore's kernel dump wrote this float32 tensor as float16 (the graph's declared \
+type; the CPU kernel computes in float32)"
+    """
+    return (f"not the value used: MindSpore's kernel dump wrote this {device_dtype} tensor as {file_dtype} "
+            f"(the graph's declared type; the CPU kernel computes in {device_dtype}), so "
+            f"{os.path.basename(path)} holds the buffer's bytes misread as {file_dtype}; "
+            f"no statistics or value are shown for it")
 
 
 class NpyRef:
@@ -640,6 +790,12 @@ class RowBuffer:
         row = self._n
         self._n += 1
         return row, array_row(arr, self._host[row])
+
+    def add_unknown(self) -> int:
+        """A row for a tensor whose values are unknown: NaN statistics, no NaN/Inf counted."""
+        row, _ = self.add(_EMPTY)
+        self._host[row] = _NAN_ROW
+        return row
 
     def raw(self) -> np.ndarray:
         return self._host[: self._n]
@@ -750,7 +906,7 @@ class RunRecorder:
                 if sname not in sources_done and slot in kfiles:
                     sources_done.add(sname)
                     snode = self._source_node(kg, src, k, slot)
-                    entry = self._load(kfiles[slot], kfiles.get(f"__dtype__.{slot}", ""))
+                    entry = self._load(kfiles[slot], kfiles.get(f"__dtype__.{slot}", ""), k.device_dtypes.get(slot))
                     if entry is not None:
                         self._put(snode, "output.0", entry)
                         produced[(sname, "output.0")] = entry
@@ -767,7 +923,7 @@ class RunRecorder:
                     if first:
                         s.graph.add_edge(pname, name, pslot, slot)
                 if entry is None:
-                    entry = self._load(kfiles[slot], kfiles.get(f"__dtype__.{slot}", ""))
+                    entry = self._load(kfiles[slot], kfiles.get(f"__dtype__.{slot}", ""), k.device_dtypes.get(slot))
                     if entry is None:
                         continue
                 self._put(node, slot, entry)
@@ -777,25 +933,36 @@ class RunRecorder:
             self.emit(node)
         return count
 
-    def _load(self, path: str, dtype: str) -> tuple | None:
-        """Statistics row and handle of one file; None (and a problem naming the file) when unreadable."""
+    def _load(self, path: str, dtype: str, device: str | None = None) -> tuple | None:
+        """Statistics row and handle of one file; None (and a problem naming the file) when unreadable.
+
+        ``device`` is the dtype the kernel really reads or writes in that slot (the IR's kernel-info line).
+        When the file was written with another dtype, it is not the value used: MindSpore names and sizes
+        the file by the graph's declared type (e.g. float16 under AMP O2) while a CPU kernel selected for
+        float32 holds float32 in the buffer, so the file is the buffer's first bytes read as float16. Such a
+        slot gets no statistics and no value, and says why (:func:`misdump_reason`)."""
         try:
             arr = load_npy(path)
         except ValueError as exc:
             self.problems.append((path, str(exc).split(": ", 1)[-1]))
             return None
-        row, why = self.buf.add(arr)
+        shape = tuple(int(d) for d in arr.shape)
         name = dtype or str(arr.dtype)
         if arr.dtype.kind == "V" and arr.dtype.itemsize == 2:
             name = "bfloat16"
+        if device and dtype and device != dtype:
+            row = self.buf.add_unknown()
+            return row, device, shape, int(arr.size), misdump_reason(path, dtype, device), None, path, True
+        row, why = self.buf.add(arr)
         handle = NpyRef(path, int(arr.nbytes)) if self.retain else None
-        return row, name, tuple(int(d) for d in arr.shape), int(arr.size), why, handle, path
+        return row, name, shape, int(arr.size), why, handle, path, False
 
     def _put(self, node: Any, slot: str, entry) -> None:
-        row, dtype, shape, count, why, handle, path = entry
-        self.files[(node.name, slot)] = (path, shape, dtype)
+        row, dtype, shape, count, why, handle, path, misdumped = entry
         s = self.session
         key = (node.name, slot)
+        if not misdumped:
+            self.files[key] = (path, shape, dtype)
         s.recorder.add(key, row, dtype, shape, count)
         if why is not None:
             s.recorder.unsupported[s.recorder.index[key]] = why
@@ -803,6 +970,8 @@ class RunRecorder:
         node.dtypes[slot] = dtype
         if handle is not None:
             s.store.offer(key, handle)
+        elif misdumped and self.retain:
+            s.store.refuse(key, why)
 
 
 # -- directory layout ---------------------------------------------------------------------------------
@@ -831,8 +1000,8 @@ def is_kernel_dump(path: str) -> bool:
     return False
 
 
-def iteration_dirs(rank_dir: str) -> list[tuple[int, int, str]]:
-    """``(iteration, graph id, path)`` for every ``{net}/{graph}/{iteration}`` directory of a rank."""
+def graph_dirs(rank_dir: str) -> list[tuple[int, str]]:
+    """``(graph id, path)`` of every ``{net}/{graph}`` directory of a rank."""
     out = []
     for net in sorted(os.listdir(rank_dir)) if os.path.isdir(rank_dir) else []:
         if net in ("graphs", "execution_order") or net.startswith("."):
@@ -842,11 +1011,18 @@ def iteration_dirs(rank_dir: str) -> list[tuple[int, int, str]]:
             continue
         for g in os.listdir(net_dir):
             gdir = os.path.join(net_dir, g)
-            if not g.isdigit() or not os.path.isdir(gdir):
-                continue
-            for it in os.listdir(gdir):
-                if it.isdigit() and os.path.isdir(os.path.join(gdir, it)):
-                    out.append((int(it), int(g), os.path.join(gdir, it)))
+            if g.isdigit() and os.path.isdir(gdir):
+                out.append((int(g), gdir))
+    return out
+
+
+def iteration_dirs(rank_dir: str) -> list[tuple[int, int, str]]:
+    """``(iteration, graph id, path)`` for every ``{net}/{graph}/{iteration}`` directory of a rank."""
+    out = []
+    for g, gdir in graph_dirs(rank_dir):
+        for it in os.listdir(gdir):
+            if it.isdigit() and os.path.isdir(os.path.join(gdir, it)):
+                out.append((int(it), g, os.path.join(gdir, it)))
     out.sort()
     return out
 

@@ -15,7 +15,8 @@ Graphs that use the model's parameters are recorded, with the weightless graphs 
 (the branches and loop bodies of a model with control flow), interleaved by dump timestamp; other graphs
 are deleted unread. Kernels of ``ms.jit`` functions get their Cell scopes back from the IR
 (:mod:`~nbdebug.frameworks.mindspore.scopes`). The dump keeps
-the iterations still needed (current and previous step); closing deletes the dumped tensors (the small
+the iterations still needed (current and previous step; older ones are deleted in the background,
+:mod:`~nbdebug.frameworks.mindspore.dump_files`); closing deletes the dumped tensors (the small
 graph files stay until the process exits, when the whole temporary directory is removed).
 """
 
@@ -40,6 +41,7 @@ except ImportError:  # pragma: no cover - older MindSpore
 from ...session.session import Session
 from ..native_stderr import native_stderr
 from . import graph as kd
+from .dump_files import DumpScanner, FileRemover
 from .scopes import recover_cell_scopes
 
 try:
@@ -158,14 +160,18 @@ def _forget_config() -> None:
         del os.environ[kd.ENV]
 
 
+_SWEEPERS: dict[str, DumpScanner] = {}
+
+
 def _sweep() -> None:
     """No debugger attached: delete the tensors MindSpore just dumped."""
     dump = kd.armed_dump_dir()
     if dump and os.path.isdir(dump):
         _pynative_executor.sync()
         for rank in kd.find_rank_dirs(dump):
-            for _, _, path in kd.iteration_dirs(rank):
-                kd.remove_files(os.path.join(path, f) for f in os.listdir(path))
+            scanner = _SWEEPERS.setdefault(rank, DumpScanner(rank))
+            for _, _, path, names in scanner.new_files():
+                kd.remove_files(os.path.join(path, f) for f in names)
 
 
 _RUNS = _RunPatch()
@@ -194,8 +200,10 @@ class GraphAdapter:
         self.root = kd.arm_kernel_dump()
         self.dump_dir = kd.armed_dump_dir()
         self.weights = {p.name for p in model.get_parameters()}
-        #: dump files already read (or found at attach), per iteration directory
-        self._consumed: dict[str, set[str]] = {}
+        #: finds the dump files not read yet (those found at attach are another debugger's)
+        self._scanners: dict[str, DumpScanner] = {}
+        #: deletes the files of finished steps in the background
+        self.remover = FileRemover()
         self._step_files: dict[int, list[str]] = {}
         self.runs = 0
         self.recorder = kd.RunRecorder(session, retain=retain, weights=self.weights, emit=self._emit_node)
@@ -217,16 +225,7 @@ class GraphAdapter:
 
     def _new_files(self, rank: str) -> list[tuple[int, int, str, list[str]]]:
         """(iteration, graph id, directory, new file names) since the last look."""
-        out = []
-        for it, g, path in kd.iteration_dirs(rank):
-            names = {f for f in os.listdir(path) if f.endswith(".npy")}
-            done = self._consumed.setdefault(path, set())
-            done &= names  # forget what was deleted
-            new = sorted(names - done)
-            if new:
-                done.update(new)
-                out.append((it, g, path, new))
-        return out
+        return self._scanners.setdefault(rank, DumpScanner(rank)).new_files()
 
     def _graph(self, rank_dir: str, graph_id: int) -> kd.KernelGraph:
         key = (os.path.basename(rank_dir), graph_id)
@@ -305,8 +304,9 @@ class GraphAdapter:
         """Keep the files of the current and previous step only (the store holds nothing older); with
         ``retain=False`` nothing of a finished step."""
         keep_from = self.session.step_index - (2 if self.retain else 0)
+        self.remover.flush()  # the previous step's deletions are done: at most one step's are pending
         for step in [s for s in self._step_files if s < keep_from]:
-            kd.remove_files(self._step_files.pop(step))
+            self.remover.remove(self._step_files.pop(step))
 
     def thread_exit(self) -> None:
         self.busy = False
@@ -328,6 +328,7 @@ class GraphAdapter:
                     pass
         # the tensors go now; the small graph files stay until exit (MindSpore creates its directories
         # once per process and would fail to write into removed ones)
+        self.remover.flush()
         if not _RUNS.adapters:
             _sweep()
         else:
