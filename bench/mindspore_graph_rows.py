@@ -82,7 +82,7 @@ def child(model: str, config: str, warmup: int, steps: int) -> dict[str, Any]:
     if config == "floor":
         # MindSpore's own dump cost: nbdebug's dump config armed, nothing patched or read; the files are
         # deleted between steps, outside the timed step
-        from nbdebug.frameworks import mindspore_graph as kd
+        from nbdebug.frameworks.mindspore import graph as kd
 
         kd.arm_kernel_dump()
 

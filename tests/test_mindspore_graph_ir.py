@@ -270,7 +270,7 @@ AMP_O2 = """\
     shutil.copytree(dbg._adapter.dump_dir, "copy")
     # every kernel got its own files (MindSpore's -opN numbering in file names is not the graph's): each
     # slot has the shape and the dump dtype the graph declares for that kernel
-    from nbdebug.frameworks import mindspore_graph as kd
+    from nbdebug.frameworks.mindspore import graph as kd
     rank = kd.find_rank_dirs("copy")[0]
     (gid,) = dbg.session.kernel_graphs.values()
     checked = 0
