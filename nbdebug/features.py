@@ -12,7 +12,7 @@ them only through the names listed in :data:`FEATURES`, so the table is the whol
 >>> feature("nope")
 Traceback (most recent call last):
 ...
-KeyError: "no optional feature 'nope'; known: announce, attach_dump, compare_panel, export_html, panel"
+KeyError: "no optional feature 'nope'; known: announce, attach_dump, compare_panel, export_html, job, panel"
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ FEATURES: dict[str, tuple[str, str]] = {
     "attach_dump": ("nbdebug.dump", "attach_dump"),  # Debugger(dump_dir=..., config=...)
     "compare_panel": ("nbdebug.ui.compare_panel", "ComparePanel"),  # CompareResult shown in a notebook
     "export_html": ("nbdebug.ui.export", "export_html"),  # dbg.export_html(path)
+    "job": ("nbdebug.job", "Job"),  # nbdebug.load(multi-rank dump).job
     "panel": ("nbdebug.ui.panel", "Panel"),  # dbg.panel(), a Debugger shown in a cell
 }
 

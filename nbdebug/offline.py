@@ -134,8 +134,7 @@ class OfflineSession(Reader):
     def job(self) -> Any:
         """Every rank of the dump as one :class:`~nbdebug.job.Job` (first non-finite rank, per-rank hits and
         summaries, rank-vs-rank compare, the job panel); a dump without ranks is a job of rank 0."""
-        from .job import Job
-
+        Job = feature("job")  # noqa: N806 - a class
         if self._job is None:
             ranks = self.ranks or [0]
             self._job = Job({r: self.rank(r) if self.ranks else self for r in ranks})
