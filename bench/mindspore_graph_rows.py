@@ -13,7 +13,9 @@ files are deleted between steps, untimed.
 
 Models: ``lenet`` and ``mlp`` (as the PyNative rows, cross-entropy), ``bn_cnn`` (two conv + BatchNorm +
 ReLU blocks, cross-entropy), ``regressor`` (dense 64→128→1 with MSELoss, batch 16). Run through
-``python bench/overhead_mindspore.py --graph`` or directly: ``python bench/mindspore_graph_rows.py``.
+``python bench/overhead_mindspore.py --graph`` or directly: ``python bench/mindspore_graph_rows.py``;
+``python bench/mindspore_graph_rows.py --dump-options`` measures the floor under each MindSpore dump
+setting nbdebug could choose (:data:`DUMP_OPTIONS`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -30,6 +33,16 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 MODELS = ("lenet", "mlp", "bn_cnn", "regressor")
 CONFIGS = ("baseline", "floor", "nbdebug")
+#: the dump settings measured by ``--dump-options`` (each a floor: armed, nothing read): MindSpore's config
+#: keys changed from nbdebug's, or ``disk`` (the system's temporary directory instead of /dev/shm)
+DUMP_OPTIONS: dict[str, dict[str, Any]] = {
+    "default": {},
+    "disk": {},
+    "outputs_only": {"input_output": 2},
+    "bin": {"file_format": "bin"},
+    "overflow_only": {"op_debug_mode": 3},
+    "first_step_only": {"iteration": "0"},
+}
 
 
 def _build(name: str) -> tuple[Any, Any, Any, Any]:
@@ -79,11 +92,16 @@ def child(model: str, config: str, warmup: int, steps: int) -> dict[str, Any]:
     between = None
     if config != "baseline":
         sys.path.insert(0, str(HERE.parent))
-    if config == "floor":
+    if config.startswith("floor"):
         # MindSpore's own dump cost: nbdebug's dump config armed, nothing patched or read; the files are
-        # deleted between steps, outside the timed step
+        # deleted between steps, outside the timed step. "floor:<option>" changes the config (DUMP_OPTIONS)
         from nbdebug.frameworks.mindspore import graph as kd
 
+        option = config.partition(":")[2] or "default"
+        if option == "disk":
+            os.environ["NBDEBUG_DUMP_PARENT"] = tempfile.gettempdir()
+        base_config = kd.dump_config
+        kd.dump_config = lambda path, net_name=kd.NET_NAME: _changed(base_config(path, net_name), option)
         kd.arm_kernel_dump()
 
         def between():
@@ -101,6 +119,25 @@ def child(model: str, config: str, warmup: int, steps: int) -> dict[str, Any]:
         out["nodes"] = len(dbg.graph)
         dbg.close()
     return out
+
+
+def _changed(cfg: dict[str, Any], option: str) -> dict[str, Any]:
+    cfg["common_dump_settings"].update(DUMP_OPTIONS[option])
+    return cfg
+
+
+def dump_options(models: tuple[str, ...] = MODELS, warmup: int = 3, steps: int = 10) -> str:
+    """A floor per dump setting and model (fresh processes), against the plain step: the table of what
+    MindSpore's dump itself costs under each setting nbdebug could choose (fastest step, CPU per step)."""
+    lines = [f"{'model':10s} {'setting':16s} {'best ms':>8s} {'ratio':>7s} {'cpu ms':>8s} {'ratio':>7s}"]
+    for m in models:
+        base = measure(m, "baseline", warmup, steps)
+        for option in DUMP_OPTIONS:
+            r = measure(m, f"floor:{option}", warmup, steps)
+            lines.append(f"{m:10s} {option:16s} {r['best_ms']:8.2f} {r['best_ms'] / base['best_ms']:6.2f}× "
+                         f"{r['cpu_ms']:8.2f} {r['cpu_ms'] / base['cpu_ms']:6.2f}×")
+            print(lines[-1], file=sys.stderr, flush=True)
+    return "\n".join(lines)
 
 
 def _timed_steps(step: Any, warmup: int, steps: int, between: Any = None) -> dict[str, float]:
@@ -187,5 +224,7 @@ if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         _m, _c, _w, _s = sys.argv[2:6]
         print(json.dumps(child(_m, _c, int(_w), int(_s))))
+    elif len(sys.argv) > 1 and sys.argv[1] == "--dump-options":
+        print(dump_options())
     else:
         print(format_rows(graph_rows()))

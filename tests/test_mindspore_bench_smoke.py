@@ -51,3 +51,5 @@ def test_graph_mode_rows_smoke():
     assert row["steps_recorded"] == 1 + 2 + 2 and row["nodes"] > 10
     assert 0 < row["best_ms"]["nbdebug"] and row["best_ratio"] > 0
     assert "regressor" in mod.format_rows(rows)
+    # a dump setting's floor (outputs only) runs in its own process too
+    assert mod.measure("regressor", "floor:outputs_only", 1, 2)["best_ms"] > 0
