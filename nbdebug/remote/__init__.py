@@ -4,16 +4,20 @@ In the notebook ``listener = nbdebug.listen()`` prints how to start the job; in 
 ``nbdebug.attach(model)`` (or ``python -m nbdebug.run train.py``) connects to it. Modules:
 ``protocol`` (the message schema, ``PROTOCOL.md``), ``transport`` (one socket, one I/O thread),
 ``agent`` + ``attach`` (training side), ``runner`` (``python -m nbdebug.run``), ``hub`` (the listener),
-``source`` + ``mirror`` (one connected process as a panel source).
-
->>> from nbdebug.remote import listen
->>> listener = listen(quiet=True); listener.sources
-{}
->>> listener.close()
+``source`` + ``mirror`` (one connected process as a panel source). Names load on first use (ZeroMQ
+only then).
 """
 
-from .attach import attach
-from .hub import Listener, listen
-from .source import RemoteSource
+from __future__ import annotations
 
-__all__ = ["Listener", "RemoteSource", "attach", "listen"]
+import importlib
+from typing import Any
+
+_NAMES = {"attach": "attach", "listen": "hub", "Listener": "hub", "RemoteSource": "source"}
+__all__ = sorted(_NAMES)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _NAMES:
+        raise AttributeError(f"module 'nbdebug.remote' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_NAMES[name]}"), name)

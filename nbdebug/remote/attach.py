@@ -65,10 +65,10 @@ def attach(model: Any, level: str | None = None, *, connect: str | None = None, 
     ``connect``/``token`` default to ``NBDEBUG_CONNECT``/``NBDEBUG_TOKEN``; ``level`` to ``NBDEBUG_LEVEL``
     or ``"L0"``; other keywords go to the Debugger. The connection is made in the background: training
     never waits for the notebook."""
+    address, tok, timeout = settings(connect, token)
     from ..debugger import Debugger
     from .agent import Agent
 
-    address, tok, timeout = settings(connect, token)
     Agent.parse_address(address)  # a bad address fails before the model is hooked
     dbg = Debugger(model, level or os.environ.get(ENV_LEVEL, "L0"), **kwargs)
     try:
