@@ -59,3 +59,29 @@ def test_mindspore_runner_finds_the_cell(tmp_path):
         finally:
             if proc.poll() is None:
                 proc.kill()
+
+
+def test_mindspore_graph_mode_script_attached(tmp_path):
+    """GRAPH mode: a fresh process, so the Debugger exists before the first compile; pauses come at graph-run
+    (step) boundaries, and the kernels' statistics arrive per step."""
+    with nbdebug.listen(quiet=True) as listener:
+        proc = start("ms_train.py", [str(tmp_path), "3000", "0.05", "attach", "graph"], listener.env)
+        try:
+            until(lambda: listener.live_count() or proc.poll() is not None, 120, "the script to connect")
+            assert listener.live_count(), proc.communicate()[1][-3000:]
+            src = listener.source
+            until(lambda: src.session.steps, 120, "a first graph run")
+            src.pause()
+            assert str(src.wait(60)) == "paused"
+            before = src.step_index
+            src.cont(2)
+            until(lambda: str(src.state) == "paused" and src.step_index == before + 2, 60, "2 graph runs")
+            table = src.session.table(src.step_index - 1)
+            assert len(table) and len(src.graph) >= 5
+            node, slot = table.keys[0]
+            assert src.stats(node, slot, src.step_index - 1)["count"] > 0
+            src.terminate()
+            assert finish(proc, 120)[0] == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()

@@ -9,7 +9,7 @@ that is full, or a socket that would block, never blocks the caller: the message
 >>> import zmq
 >>> ctx = zmq.Context()
 >>> a, b = ctx.socket(zmq.PAIR), ctx.socket(zmq.PAIR)
->>> a.bind("inproc://pump-doc"); b.connect("inproc://pump-doc")
+>>> _ = a.bind("inproc://pump-doc"), b.connect("inproc://pump-doc")
 >>> got = []
 >>> pump = Pump(a, lambda parts: got.append(parts), name="doc")
 >>> pump.send([b"hi"])
