@@ -75,6 +75,14 @@ def test_pause_hit_tensor_step_terminate(listener, tmp_path):
     assert progress(tmp_path) < 2000
 
 
+def test_a_failing_script_reports_its_traceback(listener, tmp_path):
+    proc, src = attached(listener, tmp_path, 2000, 0.02, -1, 30)
+    code, _out, err = finish(proc)
+    assert code == 1 and "boom at step 30" in err  # the script's own traceback, as without nbdebug
+    until(lambda: str(src.state) == "failed", 10, "the failed state")
+    assert "RuntimeError: boom at step 30" in src.error and not src.connected
+
+
 def test_reconnect_after_listener_restarts(tmp_path):
     first = nbdebug.listen(quiet=True)
     port, token = first.port, first.token

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import socket
 
+import pytest
+
 import zmq  # noqa: F401 - the listener needs ZeroMQ (tests/torch_only.py reads the imports)
 
 import nbdebug
@@ -50,3 +52,24 @@ def test_panel_header_controls_and_lab_commands_on_a_remote_process(tmp_path):
         finally:
             if proc.poll() is None:
                 proc.kill()
+
+
+def test_listen_magic_prints_the_command_and_keeps_one_listener(capsys):
+    from IPython.core.error import UsageError
+    from IPython.core.interactiveshell import InteractiveShell
+
+    ip = InteractiveShell.instance()
+    ip.run_line_magic("load_ext", "nbdebug")
+    listener = ip.run_line_magic("nbdebug", "listen")
+    try:
+        out = capsys.readouterr().out
+        assert f"NBDEBUG_CONNECT={listener.address}" in out and listener.token in out
+        assert "python -m nbdebug.run train.py" in out and listener.host == "127.0.0.1"
+        assert ip.run_line_magic("nbdebug", "listen") is listener  # the open one again
+        with pytest.raises(UsageError, match="cannot read"):
+            ip.run_line_magic("nbdebug", "listen --bogus")
+        with pytest.raises(UsageError, match="cannot bind"):
+            ip.run_line_magic("nbdebug", f"listen {listener.port}")  # that port is taken
+        assert isinstance(listener.panel(), ProcessesPanel)
+    finally:
+        listener.close()

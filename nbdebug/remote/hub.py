@@ -67,7 +67,7 @@ class Listener:
         sock.setsockopt(zmq.ROUTER_HANDOVER, 1)
         if ":" in host:
             sock.setsockopt(zmq.IPV6, 1)
-        where = f"[{host}]" if ":" in host else host
+        where = f"[{host}]" if ":" in host else ("127.0.0.1" if host == "localhost" else host)
         try:
             if port:
                 sock.bind(f"tcp://{where}:{port}")

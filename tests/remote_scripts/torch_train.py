@@ -1,6 +1,6 @@
 """A small PyTorch training script for the remote-attach tests.
 
-usage: torch_train.py OUT_DIR STEPS DELAY [attach|plain] [nan_step]
+usage: torch_train.py OUT_DIR STEPS DELAY [attach|plain] [nan_step] [fail_step]
 
 ``attach``: calls nbdebug.attach(model) itself (NBDEBUG_CONNECT/NBDEBUG_TOKEN from the environment);
 ``plain``: no nbdebug at all (for ``python -m nbdebug.run``). Each step it saves the first Linear's
@@ -18,6 +18,7 @@ import torch
 out, steps, delay = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
 mode = sys.argv[4] if len(sys.argv) > 4 else "attach"
 nan_step = int(sys.argv[5]) if len(sys.argv) > 5 else -1
+fail_step = int(sys.argv[6]) if len(sys.argv) > 6 else -1
 
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
@@ -36,6 +37,8 @@ for step in range(steps):
     x = torch.randn(16, 4)
     if step == nan_step:
         x[0, 0] = float("nan")
+    if step == fail_step:
+        raise RuntimeError(f"boom at step {step}")
     loss = model(x).pow(2).mean()
     opt.zero_grad()
     loss.backward()
