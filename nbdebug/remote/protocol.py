@@ -80,7 +80,16 @@ def encode(header: Mapping[str, Any], frames: Sequence[bytes | memoryview] = ())
     h.setdefault("v", VERSION)
     if h.get("type") not in TYPES:
         raise ProtocolError(f"unknown message type {h.get('type')!r}")
-    return [json.dumps(h, separators=(",", ":")).encode(), *frames]
+    return [json.dumps(h, separators=(",", ":"), default=_plain).encode(), *frames]
+
+
+def _plain(value: Any) -> Any:
+    """JSON for numpy scalars and sets (watchpoint parameters, node selections); anything else is refused."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, (set, frozenset, tuple)):
+        return sorted(value) if isinstance(value, (set, frozenset)) else list(value)
+    raise TypeError(f"{type(value).__name__} cannot travel in a message (plain JSON values only)")
 
 
 def decode(parts: Sequence[Any]) -> tuple[dict[str, Any], list[Any]]:
