@@ -57,7 +57,7 @@ def test_tables_graphs_watchpoints_and_hits_round_trip():
     np.testing.assert_array_equal(back.values, table.values)
     assert back.unsupported == {1: "complex"}
     head2, _ = P.table_header(table, book)
-    assert head2["keys"] == []  # names travel once per connection
+    assert head2["keys"] == []  # names, dtypes and shapes travel once per connection
 
     g = Graph()
     g.add_node("Parameter.fc.weight", kind="parameter", op_type="Parameter", scope="fc")

@@ -190,7 +190,17 @@ class Agent:
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.SNDHWM, 1000)
         sock.setsockopt(zmq.IMMEDIATE, 1)  # queue nothing for a peer that is not there
-        sock.connect(f"tcp://{self.host}:{self.port}")
+        if ":" in self.host:
+            sock.setsockopt(zmq.IPV6, 1)
+        where = f"[{self.host}]" if ":" in self.host else self.host
+        try:
+            sock.connect(f"tcp://{where}:{self.port}")
+        except zmq.ZMQError as e:
+            sock.close(linger=0)
+            self._warn_once("connect", f"cannot connect to {self.host}:{self.port} ({e}); training continues, "
+                            "retrying")
+            self._drop_socket(now)
+            return
         self.pump.replace(sock)
         dbg = self.dbg
         hello = {"type": "hello", "token": self.token, **self.info, "framework": dbg.session.framework,
@@ -399,4 +409,5 @@ class Agent:
         self._closed = True
         self.status = "closed"
         self.pump.close()
-        self._ctx.term()
+        if not self.pump.thread.is_alive():  # else its socket is still open: term() would wait for it
+            self._ctx.term()

@@ -140,41 +140,51 @@ class Listener:
         if not live:
             raise RuntimeError("no process is connected")
         step = max(s.session.step_index for s in live) + (1 if len(live) > 1 else 0)
-        for s in live:
-            self.request(s, "pause_at_step", {"step": step})
+        self.request_all(live, "pause_at_step", {"step": step})
         return step
 
     def cont_all(self, steps: int | None = None) -> None:
         """Continue every connected process (``steps`` more steps each)."""
-        for s in self.live():
-            if str(s.state) == "paused":
-                self.request(s, "cont", {"steps": steps})
+        self.request_all([s for s in self.live() if str(s.state) == "paused"], "cont", {"steps": steps})
 
     def terminate_all(self) -> None:
-        for s in self.live():
-            self.request(s, "terminate", {})
+        self.request_all(self.live(), "terminate", {})
 
     # -- requests ---------------------------------------------------------------------------------------
     def request(self, source: RemoteSource, op: str, args: Mapping[str, Any],
                 timeout: float = REQUEST_TIMEOUT) -> tuple[Any, list[Any]]:
         """Send ``op(**args)`` to ``source``'s process and wait for its reply; re-raises its error."""
+        return self.request_all([source], op, args, timeout)[0]
+
+    def request_all(self, sources: list[RemoteSource], op: str, args: Mapping[str, Any],
+                    timeout: float = REQUEST_TIMEOUT) -> list[tuple[Any, list[Any]]]:
+        """The same request to several processes at once (sent together, then the replies awaited)."""
         if op not in P.OPS:
             raise ValueError(f"unknown operation {op!r}")
-        rid = next(self._ids)
-        slot: list[Any] = [threading.Event(), None, []]
-        with self._lock:
-            self._pending[rid] = slot
+        slots = []
         try:
-            self.pump.send([source.ident, *P.encode({"type": "request", "id": rid, "op": op, "args": dict(args)})])
-            if not slot[0].wait(timeout):
-                raise TimeoutError(f"{op}: process {source.key} did not answer within {timeout:g} s")
+            for src in sources:
+                rid = next(self._ids)
+                slot: list[Any] = [threading.Event(), None, [], rid, src]
+                with self._lock:
+                    self._pending[rid] = slot
+                slots.append(slot)
+                self.pump.send([src.ident, *P.encode({"type": "request", "id": rid, "op": op, "args": dict(args)})])
+            end = time.monotonic() + timeout
+            for slot in slots:
+                if not slot[0].wait(max(0.0, end - time.monotonic())):
+                    raise TimeoutError(f"{op}: process {slot[4].key} did not answer within {timeout:g} s")
         finally:
             with self._lock:
-                self._pending.pop(rid, None)
-        head, frames = slot[1], slot[2]
-        if not head.get("ok"):
-            P.raise_error(head.get("error") or {})
-        return head.get("result"), frames
+                for slot in slots:
+                    self._pending.pop(slot[3], None)
+        out = []
+        for slot in slots:
+            head = slot[1]
+            if not head.get("ok"):
+                P.raise_error(head.get("error") or {})
+            out.append((head.get("result"), slot[2]))
+        return out
 
     # -- the listener thread ----------------------------------------------------------------------------
     def _on_message(self, parts: list[Any]) -> None:
@@ -269,7 +279,8 @@ class Listener:
             return
         self.closed = True
         self.pump.close()
-        self._ctx.term()
+        if not self.pump.thread.is_alive():  # else its socket is still open: term() would wait for it
+            self._ctx.term()
         for src in self.sources.values():
             if src.connected:
                 src.connected = False

@@ -160,24 +160,33 @@ def frame_array(meta: Mapping[str, Any], frame: Any) -> np.ndarray:
 # -- statistics tables -----------------------------------------------------------------------------
 
 class KeyBook:
-    """The (node, slot) → integer id dictionary of one connection (ids travel per row, names once).
+    """The (node, slot) → integer id dictionary of one connection: a row travels as its id; a key's name,
+    dtype and shape travel once (again only when its dtype or shape changes).
 
     >>> book = KeyBook()
-    >>> book.ids([("a", "output.0"), ("b", "output.0"), ("a", "output.0")]), book.take_new()
-    ([0, 1, 0], [[0, 'a', 'output.0'], [1, 'b', 'output.0']])
+    >>> book.ids([("a", "output.0"), ("b", "output.0")], ["float32"] * 2, [(2,), (3,)]), book.take_new()
+    ([0, 1], [[0, 'a', 'output.0', 'float32', [2]], [1, 'b', 'output.0', 'float32', [3]]])
+    >>> book.ids([("a", "output.0")], ["float16"], [(2,)]), book.take_new()
+    ([0], [[0, 'a', 'output.0', 'float16', [2]]])
     """
 
     def __init__(self) -> None:
         self._ids: dict[tuple[str, str], int] = {}
+        self._meta: list[tuple[str, tuple[int, ...]]] = []
         self._new: list[list[Any]] = []
 
-    def ids(self, keys: Iterable[tuple[str, str]]) -> list[int]:
+    def ids(self, keys: Sequence[tuple[str, str]], dtypes: Sequence[str], shapes: Sequence[Any]) -> list[int]:
         out = []
-        for key in keys:
+        for key, dtype, shape in zip(keys, dtypes, shapes):
             i = self._ids.get(key)
+            meta = (dtype, tuple(shape))
             if i is None:
-                i = self._ids[key] = len(self._ids)
-                self._new.append([i, key[0], key[1]])
+                i = self._ids[key] = len(self._meta)
+                self._meta.append(meta)
+                self._new.append([i, key[0], key[1], dtype, list(meta[1])])
+            elif self._meta[i] != meta:
+                self._meta[i] = meta
+                self._new.append([i, key[0], key[1], dtype, list(meta[1])])
             out.append(i)
         return out
 
@@ -188,27 +197,34 @@ class KeyBook:
 
 def table_header(table: StatsTable, book: KeyBook) -> tuple[dict[str, Any], list[Any]]:
     """A step's statistics: row key ids (int32) and values (float64, rows × FIELDS) as two frames."""
-    ids = np.asarray(book.ids(table.keys), dtype="<i4")
+    ids = np.asarray(book.ids(table.keys, table.dtypes, table.shapes), dtype="<i4")
     values = np.ascontiguousarray(table.values, dtype="<f8")
-    head = {"rows": len(table.keys), "dtypes": list(table.dtypes), "shapes": [list(s) for s in table.shapes],
-            "unsupported": {str(k): v for k, v in table.unsupported.items()}, "keys": book.take_new()}
+    head = {"rows": len(table.keys), "unsupported": {str(k): v for k, v in table.unsupported.items()},
+            "keys": book.take_new()}
     return head, [array_frame(ids), array_frame(values)]
 
 
-def read_table(head: Mapping[str, Any], frames: Sequence[Any], names: dict[int, tuple[str, str]]) -> StatsTable:
-    """Rebuild a :class:`StatsTable` from :func:`table_header`'s output; ``names`` grows with new keys."""
-    for i, node, slot in head.get("keys", ()):
-        names[int(i)] = (str(node), str(slot))
+def read_table(head: Mapping[str, Any], frames: Sequence[Any], names: dict[int, tuple[str, str, str, Any]]
+               ) -> StatsTable:
+    """Rebuild a :class:`StatsTable` from :func:`table_header`'s output; ``names`` (id → node, slot, dtype,
+    shape) is the receiving side of the connection's :class:`KeyBook` and grows with each table."""
+    for i, node, slot, dtype, shape in head.get("keys", ()):
+        names[int(i)] = (str(node), str(slot), str(dtype), tuple(int(x) for x in shape))
     n = int(head["rows"])
     if len(frames) < 2:
         raise ProtocolError("a statistics table needs two frames (ids, values)")
     ids = frame_array({"dtype": "<i4", "shape": [n]}, frames[0])
     values = frame_array({"dtype": "<f8", "shape": [n, len(FIELDS)]}, frames[1])
     try:
-        keys = [names[int(i)] for i in ids]
+        rows = [names[i] for i in ids.tolist()]
     except KeyError as e:
         raise ProtocolError(f"unknown key id {e}") from None
-    table = StatsTable.from_rows(keys, [str(d) for d in head["dtypes"]], head["shapes"], values)
+    table = StatsTable()
+    table.keys = [(r[0], r[1]) for r in rows]
+    table.index = {k: i for i, k in enumerate(table.keys)}
+    table.dtypes = [r[2] for r in rows]
+    table.shapes = [r[3] for r in rows]
+    table.values = values
     table.unsupported = {int(k): str(v) for k, v in (head.get("unsupported") or {}).items()}
     return table
 

@@ -59,7 +59,7 @@ class RemoteSource:
         self.current_node: str | None = None
         self.pause_reason = ""
         self.error: str | None = None
-        self._names: dict[int, tuple[str, str]] = {}
+        self._names: dict[int, tuple[str, str, str, Any]] = {}
         self._lock = threading.RLock()
 
     # -- identity -----------------------------------------------------------------------------------
