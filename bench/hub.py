@@ -13,8 +13,11 @@ latency** (``listener.pause_all()`` until every rank reports ``paused``; it incl
 step boundary, at most the period plus one step of margin) and **command latency** (one
 ``request`` round trip to one rank).
 
-Run: ``.venv/bin/python bench/hub.py --ranks 64 256 [--rows 1000] [--steps 20] [--period 0.5]``;
-``--out`` writes the numbers as JSON.
+``--real 2 4`` measures the same with real ranks: ``torchrun --nproc-per-node N -m nbdebug.run`` on a
+small DistributedDataParallel model (gloo, CPU) — every rank a real attached Debugger.
+
+Run: ``.venv/bin/python bench/hub.py --ranks 64 256 [--rows 1000] [--steps 20] [--period 1.0]
+[--real 2 4]``; ``--out`` writes the numbers as JSON.
 """
 
 from __future__ import annotations
@@ -107,10 +110,21 @@ def _rank_loop(address: str, token: str, ranks: list[int], world: int, rows: int
     ctx.term()
 
 
-def measure(ranks: int, rows: int, steps: int, period: float, workers: int) -> dict:
-    import nbdebug
+DDP_SCRIPT = """\
+import sys, time, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Sequential(
+    *[m for _ in range(8) for m in (torch.nn.Linear(64, 64), torch.nn.ReLU())]))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+while True:
+    t = time.monotonic()
+    model(torch.randn(32, 64)).pow(2).mean().backward()
+    opt.step(); opt.zero_grad()
+    time.sleep(max(0.0, float(sys.argv[1]) - (time.monotonic() - t)))
+"""
 
-    listener = nbdebug.listen(quiet=True)
+
+def _simulated(listener, ranks: int, rows: int, steps: int, period: float, workers: int) -> list:
     stop_at = time.monotonic() + 60 + steps * period * 3
     groups = [list(range(ranks))[i::workers] for i in range(workers)]
     procs = [mp.get_context("spawn").Process(target=_rank_loop, args=(listener.address, listener.token, g, ranks,
@@ -118,6 +132,29 @@ def measure(ranks: int, rows: int, steps: int, period: float, workers: int) -> d
              for g in groups if g]
     for p in procs:
         p.start()
+    return procs
+
+
+def _real(listener, ranks: int, period: float, tmp: Path) -> list:
+    import subprocess
+
+    script = tmp / "ddp_bench.py"
+    script.write_text(DDP_SCRIPT)
+    env = dict(os.environ, **listener.env, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    return [subprocess.Popen([torchrun, "--nproc-per-node", str(ranks), "-m", "nbdebug.run", str(script),
+                              str(period)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+
+
+def measure(ranks: int, rows: int, steps: int, period: float, workers: int, real: bool = False) -> dict:
+    import tempfile
+
+    import nbdebug
+
+    listener = nbdebug.listen(quiet=True)
+    tmp = Path(tempfile.mkdtemp())
+    procs = _real(listener, ranks, period, tmp) if real else _simulated(listener, ranks, rows, steps, period,
+                                                                        workers)
     try:
         listener.wait_for(ranks, 120)
         srcs = list(listener.sources.values())
@@ -132,22 +169,31 @@ def measure(ranks: int, rows: int, steps: int, period: float, workers: int) -> d
         rtts = []
         for _ in range(5):
             t = time.monotonic()
-            listener.request(srcs[-1], "pause", {})
+            listener.request(srcs[-1], "recheck", {})  # a no-op here: no watchpoints
             rtts.append(time.monotonic() - t)
         t = time.monotonic()
         listener.pause_all()
         while not all(str(s.state) == "paused" for s in srcs):
+            if time.monotonic() - t > 60:
+                raise TimeoutError(f"not all paused: {[str(s.state) for s in srcs]}")
             time.sleep(0.001)
         pause_latency = time.monotonic() - t
         same = len({s.step_index for s in srcs}) == 1
         listener.terminate_all()
-        return {"ranks": ranks, "rows": rows, "period_s": period, "steps": steps,
+        rows = len(srcs[0].session.steps[max(srcs[0].session.steps)])
+        return {"ranks": ranks, "real": real, "rows": rows, "period_s": period, "steps": steps,
                 "hub_cpu_ms_per_step": 1000 * cpu / steps, "hub_cpu_share": cpu / wall,
                 "command_rtt_ms": 1000 * statistics.median(rtts), "pause_latency_s": pause_latency,
                 "all_paused_at_one_step": same}
     finally:
         listener.close()
         for p in procs:
+            if real:
+                try:
+                    p.wait(30)
+                except Exception:  # noqa: BLE001
+                    p.kill()
+                continue
             p.join(10)
             if p.is_alive():
                 p.kill()
@@ -155,18 +201,19 @@ def measure(ranks: int, rows: int, steps: int, period: float, workers: int) -> d
 
 def main(argv: list[str] | None = None) -> list[dict]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--ranks", type=int, nargs="+", default=[64, 256])
+    ap.add_argument("--ranks", type=int, nargs="*", default=[64, 256], help="simulated ranks")
     ap.add_argument("--rows", type=int, default=1000, help="statistics rows per rank and step")
     ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--period", type=float, default=0.5, help="seconds per training step")
+    ap.add_argument("--period", type=float, default=1.0, help="seconds per training step")
     ap.add_argument("--workers", type=int, default=2, help="processes simulating the ranks")
+    ap.add_argument("--real", type=int, nargs="*", default=[], help="also real torchrun jobs of these sizes")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     results = []
-    for n in args.ranks:
-        r = measure(n, args.rows, args.steps, args.period, args.workers)
+    for n, real in [(n, True) for n in args.real] + [(n, False) for n in args.ranks]:
+        r = measure(n, args.rows, args.steps, args.period, args.workers, real)
         results.append(r)
-        print(f"{n:5d} ranks × {args.rows} rows: hub CPU {r['hub_cpu_ms_per_step']:.1f} ms/step "
+        print(f"{n:5d} {'real' if real else 'simulated'} ranks × {r['rows']} rows: hub CPU {r['hub_cpu_ms_per_step']:.1f} ms/step "
               f"({100 * r['hub_cpu_share']:.0f}% of a core), command round trip {r['command_rtt_ms']:.1f} ms, "
               f"pause_all → all paused {r['pause_latency_s']:.2f} s (one step: {r['all_paused_at_one_step']})",
               flush=True)
