@@ -93,10 +93,10 @@ def listen_magic(args: list[str]) -> Any:
             raise UsageError(f"%nbdebug listen: cannot read {a!r}\n" + HELP)
     if _LISTENER and not _LISTENER[0].closed and not opts:
         return _LISTENER[0]
-    from ..remote.hub import listen
+    import nbdebug  # the facade names remote's listen (ui does not import remote, which shows ui panels)
 
     try:
-        listener = listen(**opts)
+        listener = nbdebug.listen(**opts)
     except (OSError, ValueError) as e:
         raise UsageError(f"%nbdebug listen: {e}") from None
     _LISTENER[:] = [listener]
