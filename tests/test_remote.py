@@ -11,9 +11,9 @@ import time
 import numpy as np
 import pytest
 import zmq  # noqa: F401 - the listener needs ZeroMQ (tests/torch_only.py reads the imports)
+from remote_procs import finish, progress, start, until
 
 import nbdebug
-from remote_procs import finish, progress, start, until
 
 FC1 = "Module.0.Linear.forward.0"
 
