@@ -213,7 +213,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     for n, real in [(n, True) for n in args.real] + [(n, False) for n in args.ranks]:
         r = measure(n, args.rows, args.steps, args.period, args.workers, real)
         results.append(r)
-        print(f"{n:5d} {'real' if real else 'simulated'} ranks × {r['rows']} rows: hub CPU {r['hub_cpu_ms_per_step']:.1f} ms/step "
+        print(f"{n:5d} {'real' if real else 'simulated'} ranks × {r['rows']} rows: "
+              f"hub CPU {r['hub_cpu_ms_per_step']:.1f} ms/step "
               f"({100 * r['hub_cpu_share']:.0f}% of a core), command round trip {r['command_rtt_ms']:.1f} ms, "
               f"pause_all → all paused {r['pause_latency_s']:.2f} s (one step: {r['all_paused_at_one_step']})",
               flush=True)

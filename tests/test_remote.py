@@ -11,9 +11,9 @@ import time
 import numpy as np
 import pytest
 import zmq  # noqa: F401 - the listener needs ZeroMQ (tests/torch_only.py reads the imports)
+from remote_procs import finish, progress, start, until
 
 import nbdebug
-from remote_procs import finish, progress, start, until
 
 FC1 = "Module.0.Linear.forward.0"
 
@@ -43,7 +43,8 @@ def test_pause_hit_tensor_step_terminate(listener, tmp_path):
     paused_at = progress(tmp_path)
     time.sleep(0.5)
     assert progress(tmp_path) == paused_at, "a paused script does not train"
-    assert src.stats(src.current_node, "output.0", src.step_index)["count"] > 0  # the partial step travelled
+    (_node, slot), *_ = src.session.node_table(src.current_node).keys  # the partial step travelled
+    assert src.stats(src.current_node, slot, src.step_index)["count"] > 0
 
     src.watch("TO")  # NaN/Inf in any node's output; the script injects a NaN at step 40
     src.cont()
@@ -183,7 +184,7 @@ def test_group_control_pauses_all_at_one_step(listener, tmp_path):
     for rank in (0, 1):
         out = tmp_path / f"r{rank}"
         out.mkdir()
-        procs.append(start("torch_train.py", [str(out), "3000", "0.02"],
+        procs.append(start("torch_train.py", [str(out), "3000", "0.05"],
                            {**listener.env, "RANK": str(rank), "WORLD_SIZE": "2"}))
     try:
         listener.wait_for(2, 60)

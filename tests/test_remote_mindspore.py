@@ -6,9 +6,9 @@ from __future__ import annotations
 import mindspore  # noqa: F401 - the script needs MindSpore (tests/torch_only.py reads the imports)
 import numpy as np
 import zmq  # noqa: F401
+from remote_procs import finish, progress, start, until
 
 import nbdebug
-from remote_procs import finish, progress, start, until
 
 FC1 = "Cell.fc1.Dense.forward.0"
 

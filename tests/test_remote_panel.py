@@ -6,14 +6,13 @@ from __future__ import annotations
 import socket
 
 import pytest
-
 import zmq  # noqa: F401 - the listener needs ZeroMQ (tests/torch_only.py reads the imports)
+from remote_procs import finish, start, until
 
 import nbdebug
 from nbdebug.lab import command, status
 from nbdebug.ui.panel import Panel
 from nbdebug.ui.processes import ProcessesPanel
-from remote_procs import finish, start, until
 
 
 def test_panel_header_controls_and_lab_commands_on_a_remote_process(tmp_path):

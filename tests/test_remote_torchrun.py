@@ -9,9 +9,9 @@ import sys
 
 import torch  # noqa: F401 - the job needs torch.distributed (tests/torch_only.py reads the imports)
 import zmq  # noqa: F401
+from remote_procs import ROOT, SCRIPTS, finish, until
 
 import nbdebug
-from remote_procs import ROOT, SCRIPTS, finish, until
 
 
 def test_two_gloo_ranks_pause_step_and_terminate_together():

@@ -358,7 +358,7 @@ class Agent:
     def _op_pause_at_step(self, step: int) -> Any:
         """Pause at the end of step ``step`` (at the next step end when that one is already over)."""
         self._pause_after = int(step)
-        return None, []
+        return {"step_index": self.dbg.session.step_index}, []
 
     def _op_terminate(self) -> Any:
         self._terminating = True

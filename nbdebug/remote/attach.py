@@ -17,10 +17,10 @@ node, terminate (which ends the script like ``sys.exit(0)``). ``NBDEBUG_PAUSE_TI
 default 300) bounds how long training stays paused while no notebook is connected.
 
 >>> import os; os.environ.pop("NBDEBUG_CONNECT", None) and None
->>> attach(object())
+>>> attach(object())  # doctest: +ELLIPSIS
 Traceback (most recent call last):
 ...
-ValueError: nbdebug.attach: no listener to connect to: pass connect="host:port" or set NBDEBUG_CONNECT (nbdebug.listen() in the notebook prints it)
+ValueError: nbdebug.attach: no listener to connect to: pass connect="host:port" or set NBDEBUG_CONNECT ...
 """
 
 from __future__ import annotations

@@ -135,12 +135,18 @@ class Listener:
     # -- group control --------------------------------------------------------------------------------
     def pause_all(self) -> int:
         """Pause every connected process at the end of one step S, the same for all (the furthest
-        process's running step + 1: a margin for the message in flight); returns S."""
+        process's running step + 1: a margin for the message in flight; when a process answers that it
+        is already past S, S moves to its step for all); returns S."""
         live = self.live()
         if not live:
             raise RuntimeError("no process is connected")
         step = max(s.session.step_index for s in live) + (1 if len(live) > 1 else 0)
-        self.request_all(live, "pause_at_step", {"step": step})
+        for _ in range(5):
+            replies = self.request_all(live, "pause_at_step", {"step": step})
+            running = [r["step_index"] for r, _f in replies if isinstance(r, dict) and "step_index" in r]
+            if not running or max(running) <= step:
+                break
+            step = max(running)  # a process was already past S (messages in flight): all pause later
         return step
 
     def cont_all(self, steps: int | None = None) -> None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hmac
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -177,7 +177,7 @@ class KeyBook:
 
     def ids(self, keys: Sequence[tuple[str, str]], dtypes: Sequence[str], shapes: Sequence[Any]) -> list[int]:
         out = []
-        for key, dtype, shape in zip(keys, dtypes, shapes):
+        for key, dtype, shape in zip(keys, dtypes, shapes, strict=True):
             i = self._ids.get(key)
             meta = (dtype, tuple(shape))
             if i is None:

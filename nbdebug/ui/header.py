@@ -5,8 +5,8 @@ Each value is its own small widget with a stable CSS class (``nbdebug-framework`
 ``nbdebug-pid``, ``nbdebug-dump``, ``nbdebug-step``, ``nbdebug-step-running``, ``nbdebug-state``,
 ``nbdebug-hit-count``, ``nbdebug-pause-reason``, ``nbdebug-failure``, and — once a loss scale is tracked
 (``dbg.track_loss_scale(scaler)``) — ``nbdebug-loss-scale``; for a remote process (a source with
-``remote_info``: ``nbdebug.listen``) ``nbdebug-remote`` names its host, rank and connection), so a browser test reads one value per
-element; :meth:`Header.refresh` only assigns values that changed, so an idle header sends nothing.
+``remote_info``: ``nbdebug.listen``) ``nbdebug-remote`` names its host, rank and connection), so a browser
+test reads one value per element; :meth:`Header.refresh` only assigns values that changed, so an idle header sends nothing.
 
 **One step convention.** ``Step`` (``nbdebug-step``) is the step *whose data the panel shows*: the step
 the graph's statistics, the node details, the hit list ("step 3") and the pause reason ("… hits in
@@ -121,7 +121,8 @@ class Header:
             self._dump_box.layout.display = "none"
         else:
             f3.layout.display = "none"  # an offline panel shows the dump, not this kernel's PID
-        self.widget = w.HBox([f1, f2, self._remote_box, f3, self._dump_box, f4, f5, f6, self._ls_box, self.reason, self.failure],
+        self.widget = w.HBox([f1, f2, self._remote_box, f3, self._dump_box, f4, f5, f6, self._ls_box, self.reason,
+                              self.failure],
                              layout=w.Layout(flex_flow="row wrap", align_items="center"))
         self.widget.add_class("nbdebug-header")
         self.refresh()
