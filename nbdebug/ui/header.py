@@ -6,7 +6,8 @@ Each value is its own small widget with a stable CSS class (``nbdebug-framework`
 ``nbdebug-hit-count``, ``nbdebug-pause-reason``, ``nbdebug-failure``, and — once a loss scale is tracked
 (``dbg.track_loss_scale(scaler)``) — ``nbdebug-loss-scale``; for a remote process (a source with
 ``remote_info``: ``nbdebug.listen``) ``nbdebug-remote`` names its host, rank and connection), so a browser
-test reads one value per element; :meth:`Header.refresh` only assigns values that changed, so an idle header sends nothing.
+test reads one value per element; :meth:`Header.refresh` only assigns values that changed, so an idle
+header sends nothing.
 
 **One step convention.** ``Step`` (``nbdebug-step``) is the step *whose data the panel shows*: the step
 the graph's statistics, the node details, the hit list ("step 3") and the pause reason ("… hits in
