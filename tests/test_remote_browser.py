@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 SCRIPT = Path(__file__).resolve().parent / "remote_scripts" / "torch_train.py"
 NB = ".jp-NotebookPanel:not(.lm-mod-hidden)"
-JOB = f"{NB} .nbdebug-job"
+JOB = f"{NB} .nbdebug-job-panel"
 
 
 @pytest.fixture(autouse=True)

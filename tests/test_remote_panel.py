@@ -1,5 +1,5 @@
 """The panel over a remote process: ``Panel(remote_source)`` builds and its header names the process; the
-job panel lists the processes; the JupyterLab commands act on the remote process."""
+job panel (the listener's) lists the processes; the JupyterLab commands act on the remote process."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from remote_procs import finish, start, until
 import nbdebug
 from nbdebug.lab import command, status
 from nbdebug.ui.panel import Panel
-from nbdebug.ui.processes import ProcessesPanel
+from nbdebug.ui.job_panel import JobPanel
 
 
 def test_panel_header_controls_and_lab_commands_on_a_remote_process(tmp_path):
@@ -22,8 +22,8 @@ def test_panel_header_controls_and_lab_commands_on_a_remote_process(tmp_path):
             until(lambda: listener.live_count() or proc.poll() is not None, 60, "the script to connect")
             src = listener.source
             until(lambda: src.session.steps, 30, "a first step")
-            job = ProcessesPanel(listener, loop=None)
-            assert str(proc.pid) in job.table.value and socket.gethostname() in job.table.value
+            job = JobPanel(listener.job, loop=None)
+            assert str(proc.pid) in job.processes.value and socket.gethostname() in job.processes.value
             panel = job.panel
             assert isinstance(panel, Panel) and panel.source.obj is src
             assert panel.header.pid.value == str(proc.pid)
@@ -69,6 +69,6 @@ def test_listen_magic_prints_the_command_and_keeps_one_listener(capsys):
             ip.run_line_magic("nbdebug", "listen --bogus")
         with pytest.raises(UsageError, match="cannot bind"):
             ip.run_line_magic("nbdebug", f"listen {listener.port}")  # that port is taken
-        assert isinstance(listener.panel(), ProcessesPanel)
+        assert isinstance(listener.panel(), JobPanel)
     finally:
         listener.close()

@@ -48,6 +48,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any, NamedTuple
 
+from ..control import EventHub
 from ..ui.source import SourceView, as_source
 from ..watch.watchpoints import HitRecord, count_hits
 from .summary import StepSummary, summarize_table
@@ -78,30 +79,42 @@ class Job:
     to which :meth:`pause`, :meth:`cont` and :meth:`terminate` are handed (``sync`` is then its business).
     """
 
-    def __init__(self, sources: Mapping[int, Any], *, sync: bool = True, control: Any = None) -> None:
-        if not isinstance(sources, Mapping) or not sources:
+    def __init__(self, sources: Mapping[Any, Any], *, sync: bool = True, control: Any = None) -> None:
+        if not isinstance(sources, Mapping) or (not sources and control is None):
             raise ValueError("a Job needs a non-empty mapping {rank: source}")
-        srcs: dict[int, Any] = {}
-        for rank, src in sources.items():
-            if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
-                raise ValueError(f"ranks are ints >= 0, got {rank!r}")
-            srcs[rank] = as_source(src)
-        self._sources = dict(sorted(srcs.items()))
-        self._views = {r: SourceView(s) for r, s in self._sources.items()}
-        self._cache: dict[tuple[int, int], StepSummary] = {}
-        self._subs = []
-        self._lock = threading.RLock()  # one alignment of the ranks at a time
         self.control = control
         if control is not None and not all(callable(getattr(control, m, None))
                                            for m in ("pause_all", "cont_all", "terminate_all")):
             raise TypeError(f"control needs pause_all(), cont_all(steps) and terminate_all(); got "
                             f"{type(control).__name__}")
-        for rank, view in self._views.items():
-            if not view.live:
-                continue
-            self._subs.append(view.on("step", lambda _s, rank=rank: self._summarize_new(rank)))
-            if sync and control is None:
-                self._subs.append(view.on("state", lambda _s, rank=rank: self._rank_state(rank)))
+        self._sync = sync
+        self._sources: dict[Any, Any] = {}
+        self._views: dict[Any, SourceView] = {}
+        self._cache: dict[tuple[Any, int], StepSummary] = {}
+        self._subs: list[Any] = []
+        self._lock = threading.RLock()  # one alignment of the ranks at a time; ranks added one at a time
+        #: ``state`` with the payload ``"ranks"`` when a rank joins (:meth:`add`)
+        self.hub = EventHub()
+        for rank, src in sources.items():
+            self.add(rank, src)
+
+    def add(self, rank: Any, source: Any) -> None:
+        """Add ``rank`` (a rank that connected after the job was made, e.g. to a listener); a rank already
+        there keeps its source. ``rank`` is an int >= 0, or ``"host:pid"`` for a process outside a
+        distributed job (it sorts after the ranks)."""
+        _check_rank(rank)
+        src = as_source(source)
+        with self._lock:
+            if rank in self._sources:
+                return
+            view = SourceView(src)
+            self._sources = dict(sorted({**self._sources, rank: src}.items(), key=lambda kv: rank_order(kv[0])))
+            self._views = {**self._views, rank: view}
+            if view.live:
+                self._subs.append(view.on("step", lambda _s, rank=rank: self._summarize_new(rank)))
+                if self._sync and self.control is None:
+                    self._subs.append(view.on("state", lambda _s, rank=rank: self._rank_state(rank)))
+        self.hub.emit("state", "ranks")
 
     # -- what it is -------------------------------------------------------------------------------
     @property
@@ -193,7 +206,7 @@ class Job:
             found = [NonFinite(r, o[0], o[1], s, o[2]) for r in self.ranks
                      if (sm := self.summary(r, s)) is not None and (o := sm.origin) is not None]
             if found:
-                return min(found, key=lambda f: (f.position, f.rank))
+                return min(found, key=lambda f: (f.position, rank_order(f.rank)))
         return None
 
     def origins(self, step: int) -> dict[int, NonFinite | None]:
@@ -345,6 +358,19 @@ class Job:
         first = self.first_nonfinite()
         return (f"<nbdebug.Job ranks {self.ranks}, steps {len(self.steps)}, hits {self.hit_counts()}, "
                 f"first non-finite: {first or 'none'}>")
+
+
+def rank_order(rank: Any) -> tuple[int, int, str]:
+    """Sort key of a job's keys: ranks ascending, then ``"host:pid"`` keys of processes without a rank."""
+    return (0, rank, "") if isinstance(rank, int) else (1, 0, str(rank))
+
+
+def _check_rank(rank: Any) -> None:
+    if isinstance(rank, str) and ":" in rank:
+        return
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
+        raise ValueError(f"ranks are ints >= 0 (or 'host:pid' for a process outside a distributed job), "
+                         f"got {rank!r}")
 
 
 def _computed_forward(node: Any) -> bool:

@@ -37,6 +37,8 @@ from .source import REQUEST_TIMEOUT, RemoteSource
 from .transport import Pump
 
 LOST_AFTER = 5.0
+#: seconds a running process one step past a paused one gets to pause there before it counts as past it
+SETTLE_S = 0.5
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
@@ -56,6 +58,8 @@ class Listener:
         self.sources: dict[int | str, RemoteSource] = {}
         self.refused: list[dict[str, Any]] = []  # hellos turned away: {reason, pid, host}
         self.hub = EventHub()  # "state" when a process connects, reconnects, leaves
+        self._job: Any = None
+        self._lining_up = threading.Lock()
         self._by_ident: dict[bytes, RemoteSource] = {}
         self._pending: dict[int, list[Any]] = {}  # request id -> [event, reply header, frames]
         self._ids = itertools.count(1)
@@ -132,6 +136,18 @@ class Listener:
         srcs = list(self.sources.values())
         return srcs[0] if srcs else None
 
+    @property
+    def job(self) -> Any:
+        """The connected processes as one :class:`~nbdebug.job.Job` (its panel is :meth:`panel`): first
+        non-finite rank, per-rank hits and summaries, rank-vs-rank compare; its pause / cont / terminate are
+        this listener's group commands. Processes that connect later join it."""
+        with self._lock:
+            if self._job is None:
+                from ..job import Job
+
+                self._job = Job(self.sources, control=self)
+            return self._job
+
     # -- group control --------------------------------------------------------------------------------
     def pause_all(self) -> int:
         """Pause every connected process at the end of one step S, the same for all (the furthest
@@ -155,6 +171,62 @@ class Listener:
 
     def terminate_all(self) -> None:
         self.request_all(self.live(), "terminate", {})
+
+    def line_up(self, timeout: float = 60.0) -> int | None:
+        """Bring every connected process to one step boundary after one paused there by itself (a watchpoint
+        hit): the furthest boundary any of them can reach — the paused ones' step, or the step a running one
+        is already in (it may be waiting for the paused one in a collective), in which case the processes
+        paused before it are resumed up to it. Returns that step (None: nothing to line up, or ``timeout``).
+        The listener calls it on its own thread when a process pauses on a hit while others run."""
+        end = time.monotonic() + timeout
+        asked: dict[int, int] = {}  # id(source) -> the boundary it was asked to pause after
+        late_since: float | None = None
+        while time.monotonic() < end and not self.closed:
+            live = self.live()
+            stopped = [s for s in live if str(s.state) == "paused" and s.current_node is None]
+            running = [s for s in live if str(s.state) == "running"]
+            if len(live) < 2 or not stopped:
+                return None
+            base = max(s.step_index - 1 for s in stopped)
+            if len(stopped) == len(live) and len({s.step_index for s in live}) == 1:
+                return base
+            late = [s.step_index for s in running if s.step_index > base]
+            if late and late_since is None:
+                late_since = time.monotonic()
+            # a running process one step ahead may be just finishing ``base`` (about to pause there): it gets
+            # SETTLE_S before it counts as past it
+            past = late and (max(late) > base + 1 or time.monotonic() - late_since > SETTLE_S)
+            target = max(late) if past else base
+            ask = [s for s in running if asked.get(id(s)) != target]
+            behind = [s for s in stopped if s.step_index - 1 < target]
+            if ask or behind:
+                for src, (reply, _f) in zip(ask + behind, self.request_all(ask + behind, "pause_at_step",
+                                                                           {"step": target}), strict=True):
+                    asked[id(src)] = target
+                    if isinstance(reply, dict) and isinstance(reply.get("step_index"), int):
+                        src.session.step_index = max(src.session.step_index, reply["step_index"])
+                if behind:
+                    self.request_all(behind, "cont", {"steps": None})
+            time.sleep(0.02)
+        return None
+
+    def _paused_alone(self, src: RemoteSource) -> None:
+        """``src`` paused at a step boundary on a hit: line the other processes up with it (a thread of its
+        own, as the replies it waits for arrive on this listener's thread)."""
+        if (str(src.state) != "paused" or src.current_node is not None or "watchpoint hit" not in src.pause_reason
+                or self.live_count() < 2 or not self._lining_up.acquire(blocking=False)):
+            return
+
+        def run() -> None:
+            try:
+                self.line_up()
+            except Exception as e:  # noqa: BLE001 - a process that went away meanwhile
+                warnings.warn(f"nbdebug: could not line the processes up at one step: {e}", RuntimeWarning,
+                              stacklevel=1)
+            finally:
+                self._lining_up.release()
+
+        threading.Thread(target=run, name="nbdebug-line-up", daemon=True).start()
 
     # -- requests ---------------------------------------------------------------------------------------
     def request(self, source: RemoteSource, op: str, args: Mapping[str, Any],
@@ -222,6 +294,8 @@ class Listener:
                 slot[0].set()
         elif kind in P.AGENT_TYPES:
             src.apply(head, frames)
+            if kind == "state":
+                self._paused_alone(src)
             if kind == "bye":
                 self._by_ident.pop(ident, None)
                 self.hub.emit("state", "bye")
@@ -249,8 +323,10 @@ class Listener:
             src = RemoteSource(self, ident, head)
             items = sorted([*self.sources.items(), (key, src)],
                            key=lambda kv: (0, kv[0], "") if isinstance(kv[0], int) else (1, 0, str(kv[0])))
-            self.sources.clear()  # the same dict, in rank order: a Job built on it sees new processes
+            self.sources.clear()  # the same dict, in rank order
             self.sources.update(items)
+            if self._job is not None:
+                self._job.add(key, src)
         src.connected = True
         src.last_heard = time.monotonic()
         self._by_ident[ident] = src
@@ -268,11 +344,10 @@ class Listener:
 
     # -- display / lifetime ---------------------------------------------------------------------------
     def panel(self) -> Any:
-        """The job's panel: the processes (host, PID, rank, device, step, state) and the usual panel on
-        the selected one (the first until another is chosen)."""
-        from ..ui.processes import ProcessesPanel
-
-        return ProcessesPanel(self)
+        """The job's panel (:meth:`Job.panel <nbdebug.job.Job.panel>`): the processes (host, PID, rank,
+        device, step, state), a rank selector over the usual panel, the first non-finite rank, per-rank
+        overview, rank-vs-rank compare and group control."""
+        return self.job.panel()
 
     def _ipython_display_(self) -> None:
         from IPython.display import display

@@ -1,15 +1,20 @@
 """The panel of a job of several ranks (:class:`nbdebug.job.Job`): the usual panel over one rank at a time.
 
-Above the usual :class:`~nbdebug.ui.panel.Panel` of the chosen rank, one bar:
+It is the panel of a listener too (``nbdebug.listen()``; ``listener.panel()`` is ``listener.job.panel()``):
+ranks appear as their processes connect. Above the usual :class:`~nbdebug.ui.panel.Panel` of the chosen
+rank, one bar:
 
+* for live ranks, the process table (``nbdebug-process-table``: rank, host, PID, device, step, state of each
+  process; "waiting for training processes on ADDRESS" before any connected);
 * a rank selector (``nbdebug-rank-select``): every view of the panel below — graph, node list, details,
   watchpoints, hits, tensor view — switches to that rank's source; the selected node and (offline) the
   step are kept when the other rank has them;
 * the first non-finite rank (``nbdebug-job-first``: "first non-finite: rank R, node N, step S") and a
   button that shows it (``nbdebug-job-first-show``: that rank, step and node);
-* job control (``nbdebug-job-pause``, ``-cont``, ``-step``, ``-terminate``) when ranks are live: every rank
-  together, at a step boundary (the rank panel's own controls are hidden in a job of several ranks, since a
-  rank paused alone would block the others in their next collective);
+* job control (``nbdebug-job-pause``, ``-cont``, ``-step``, ``-terminate``; ``nbdebug-job-status`` says what
+  it did) when ranks are live: every rank together, at a step boundary (the rank panel's own controls are
+  hidden in a job of several ranks, since a rank paused alone would block the others in their next
+  collective);
 * the per-rank overview (``nbdebug-job-overview``): hits per rank, and per step non-finite tensors and
   the largest finite magnitude of each rank (the first non-finite cell outlined);
 * a rank-vs-rank compare (``nbdebug-job-compare-a``, ``-b``, ``-step``, ``nbdebug-job-compare``): the
@@ -25,6 +30,10 @@ notebook shows the job without a kernel.
 >>> p = JobPanel(Job({r: OfflineSession(Session(framework="pytorch")) for r in (0, 1)}))
 >>> p.rank, p.rank_select.options, p.first.value
 (0, (('rank 0', 0), ('rank 1', 1)), 'first non-finite: none')
+>>> from types import SimpleNamespace
+>>> group = SimpleNamespace(pause_all=int, cont_all=print, terminate_all=int, address="127.0.0.1:5555")
+>>> JobPanel(Job({}, control=group)).processes.value     # a listener nothing connected to yet
+'<i>waiting for training processes on 127.0.0.1:5555</i>'
 """
 
 from __future__ import annotations
@@ -54,9 +63,9 @@ class JobPanel(w.VBox):
         self.job = job
         self._rate, self._loop = rate, loop
         self.errors: list[str] = []
-        ranks = job.ranks
-        self.rank_select = w.Dropdown(options=[(f"rank {r}", r) for r in ranks], value=ranks[0],
-                                      description="Rank", layout=w.Layout(width="150px"),
+        self.processes = w.HTML("")
+        self.processes.add_class("nbdebug-processes")
+        self.rank_select = w.Dropdown(options=[], description="Rank", layout=w.Layout(width="150px"),
                                       style={"description_width": "36px"})
         self.rank_select.add_class("nbdebug-rank-select")
         self.first = w.HTML("")
@@ -65,7 +74,7 @@ class JobPanel(w.VBox):
         self.first_button.add_class("nbdebug-job-first-show")
         self.first_button.on_click(lambda _b: self.show_first())
         self.buttons: dict[str, w.Button] = {}
-        if job.live:
+        if job.live or job.control is not None:
             for name, label, act in (("pause", "pause all", job.pause), ("cont", "continue all", job.cont),
                                      ("step", "step all", lambda: job.cont(1)),
                                      ("terminate", "terminate all", job.terminate)):
@@ -73,10 +82,12 @@ class JobPanel(w.VBox):
                 b.add_class(f"nbdebug-job-{name}")
                 b.on_click(lambda _b, act=act: self._act(act))
                 self.buttons[name] = b
+        self.status = w.HTML("")
+        self.status.add_class("nbdebug-job-status")
         self.overview = w.HTML("")
         self.overview.add_class("nbdebug-job-overview")
-        self.compare_a = self._rank_dropdown("nbdebug-job-compare-a", ranks[-1] if len(ranks) > 1 else ranks[0])
-        self.compare_b = self._rank_dropdown("nbdebug-job-compare-b", ranks[0])
+        self.compare_a = self._rank_dropdown("nbdebug-job-compare-a")
+        self.compare_b = self._rank_dropdown("nbdebug-job-compare-b")
         self.compare_step = w.Dropdown(options=[], description="step", layout=w.Layout(width="130px"),
                                        style={"description_width": "32px"})
         self.compare_step.add_class("nbdebug-job-compare-step")
@@ -89,18 +100,17 @@ class JobPanel(w.VBox):
         self._snapshots: list[Any] = []  # display handles of the static snapshots
         self._snapshot_at = 0.0
         self.panel: Panel | None = None
-        self.rank: int | None = None
-        bar = w.HBox([self.rank_select, self.first, self.first_button, *self.buttons.values()],
+        self.rank: Any = None
+        bar = w.HBox([self.rank_select, self.first, self.first_button, *self.buttons.values(), self.status],
                      layout=w.Layout(align_items="center", flex_flow="row wrap"))
         compare = w.HBox([w.HTML("<b>Compare</b>&nbsp;"), self.compare_a, w.HTML("&nbsp;vs&nbsp;"),
                           self.compare_b, self.compare_step, self.compare_button],
                          layout=w.Layout(align_items="center"))
-        self._bar = w.VBox([bar, self.overview, compare, self.compare_box])
+        self._bar = w.VBox(([self.processes] if self.buttons else []) + [bar, self.overview, compare,
+                                                                         self.compare_box])
         self._bar.add_class("nbdebug-job-bar")
         super().__init__([self._bar])
         self.add_class("nbdebug-job-panel")
-        self.select_rank(ranks[0] if rank is None else rank)
-        self.rank_select.observe(lambda ch: self.select_rank(ch["new"]), names="value")
         self.coalescer = Coalescer(lambda _parts: self.refresh(), rate=rate, loop=loop)
         ref = weakref.ref(self)
 
@@ -109,12 +119,38 @@ class JobPanel(w.VBox):
             if panel is not None:
                 panel.coalescer.mark("job")
 
-        self._subs = [SourceView(job.source(r)).on(ev, mark) for r in ranks for ev in EVENTS]
+        self._mark = mark
+        self._subs: list[Any] = []
+        self._followed: list[Any] = []  # the ranks whose events are followed
+        hub = getattr(job, "hub", None)
+        if hub is not None:  # ranks joining (a listener's processes connecting)
+            self._subs.append(hub.on("state", mark))
+        self._follow_ranks()
+        if job.ranks:
+            self.select_rank(job.ranks[0] if rank is None else rank)
+        self.rank_select.observe(lambda ch: ch["new"] is not None and self.select_rank(ch["new"]), names="value")
         self.refresh()
 
-    def _rank_dropdown(self, css: str, value: int) -> w.Dropdown:
-        dd = w.Dropdown(options=[(f"rank {r}", r) for r in self.job.ranks], value=value,
-                        layout=w.Layout(width="100px"))
+    def _follow_ranks(self) -> None:
+        """Keep the selectors and event subscriptions in step with the job's ranks (they may grow)."""
+        ranks = self.job.ranks
+        if ranks == self._followed:
+            return
+        for r in ranks[len(self._followed):] if ranks[:len(self._followed)] == self._followed else ranks:
+            if r not in self._followed:
+                self._subs += [SourceView(self.job.source(r)).on(ev, self._mark) for ev in EVENTS]
+        self._followed = list(ranks)
+        options = [(rank_label(r), r) for r in ranks]
+        for dd, default in ((self.rank_select, ranks[0]), (self.compare_a, ranks[-1] if len(ranks) > 1 else ranks[0]),
+                            (self.compare_b, ranks[0])):
+            keep = dd.value
+            dd.options = options
+            dd.value = keep if keep in ranks else default
+        if self.panel is not None and self.panel.controls is not None and len(ranks) > 1:
+            self.panel.controls.widget.layout.display = "none"
+
+    def _rank_dropdown(self, css: str) -> w.Dropdown:
+        dd = w.Dropdown(options=[], layout=w.Layout(width="100px"))
         dd.add_class(css)
         return dd
 
@@ -157,9 +193,14 @@ class JobPanel(w.VBox):
 
     # -- job facts ---------------------------------------------------------------------------------
     def refresh(self) -> None:
-        """Recompute the first non-finite line, the overview and the compare steps."""
+        """Recompute the process table, the ranks, the first non-finite line, the overview and the compare
+        steps."""
         try:
             job = self.job
+            self._follow_ranks()
+            if self.panel is None and job.ranks:
+                self.select_rank(job.ranks[0])
+            self.processes.value = processes_html(job)
             first = job.first_nonfinite()
             self.first.value = f"first non-finite: {html.escape(str(first))}" if first else "first non-finite: none"
             self.first_button.disabled = first is None
@@ -182,9 +223,11 @@ class JobPanel(w.VBox):
 
     def _act(self, action: Any) -> None:
         try:
-            action()
-        except Exception:  # noqa: BLE001 - shown, not raised into the widget callback
+            result = action()
+            self.status.value = f"pausing every rank after step {result}" if isinstance(result, int) else ""
+        except Exception as e:  # noqa: BLE001 - shown, not raised into the widget callback
             self.errors.append(traceback.format_exc())
+            self.status.value = f"<span style='color:#cf222e'>{html.escape(str(e))}</span>"
         self.coalescer.mark("job")
         self.coalescer.flush()
 
@@ -197,7 +240,7 @@ class JobPanel(w.VBox):
         b = self.compare_b.value if b is None else b
         step = self.compare_step.value if step is None else step
         result = self.job.compare_ranks(a, b, step)
-        self.compare_panel = ComparePanel(result, labels=(f"rank {a}", f"rank {b}"), graphs=False)
+        self.compare_panel = ComparePanel(result, labels=(rank_label(a), rank_label(b)), graphs=False)
         self.compare_box.children = [self.compare_panel.widget]
         return self.compare_panel
 
@@ -261,3 +304,42 @@ def overview_html(job: Any, first: Any = None, last: int = OVERVIEW_STEPS) -> st
         return "<i>no finished step yet</i>"
     return (f"<table cellpadding='3' style='border-collapse:collapse;font-size:12px'><tr>{head}</tr>"
             f"{''.join(body)}</table>")
+
+
+def rank_label(rank: Any) -> str:
+    """``rank 2``; a process outside a distributed job by its ``host:pid``."""
+    return f"rank {rank}" if isinstance(rank, int) else str(rank)
+
+
+PROCESS_COLUMNS = (("rank", "rank"), ("host", "host"), ("PID", "pid"), ("device", "device"), ("step", "step"),
+                   ("state", "state"))
+
+
+def process_rows(job: Any) -> list[dict[str, Any]]:
+    """One row per live rank: rank, host, pid, device, step (the one it runs), state — a remote rank's
+    ``remote_info``, else what its session knows (this host, this process)."""
+    import socket
+
+    rows = []
+    for r in job.ranks:
+        src = job.source(r)
+        view = SourceView(src)
+        if not view.live:
+            continue
+        info = getattr(src, "remote_info", None) or {"host": socket.gethostname(), "pid": src.session.pid,
+                                                     "device": src.session.device}
+        rows.append({"rank": rank_label(r).removeprefix("rank "), "host": info.get("host"), "pid": info.get("pid"),
+                     "device": info.get("device"), "step": view.running_step, "state": view.state})
+    return rows
+
+
+def processes_html(job: Any) -> str:
+    """The process table of a live job (empty for an offline one)."""
+    rows = process_rows(job)
+    if not rows:
+        where = getattr(job.control, "address", None)
+        return f"<i>waiting for training processes on {html.escape(where)}</i>" if where and not job.ranks else ""
+    head = "".join(f"<th>{h}</th>" for h, _k in PROCESS_COLUMNS)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str('–' if r[k] is None else r[k]))}</td>"
+                                    for _h, k in PROCESS_COLUMNS) + "</tr>" for r in rows)
+    return f"<table class='nbdebug-process-table' cellpadding='3'><tr>{head}</tr>{body}</table>"
