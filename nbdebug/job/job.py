@@ -155,6 +155,10 @@ class Job:
         """``{rank: number of hits}`` (notices do not count)."""
         return {r: count_hits(h) for r, h in self.hits.items()}
 
+    def watch(self, condition: str, nodes: Any = None, **params: Any) -> dict[Any, Any]:
+        """The same watchpoint on every rank (``source.watch``); ``{rank: Watchpoint}``."""
+        return {r: self.source(r).watch(condition, nodes, **params) for r in self.ranks}
+
     def summary(self, rank: int, step: int) -> StepSummary | None:
         """``rank``'s :class:`StepSummary` of ``step`` (None when that rank has no statistics for it).
 
