@@ -7,7 +7,7 @@ import pytest
 from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parents[1]
-NOTEBOOKS = ["quickstart.ipynb", "overflow_detection.ipynb"]
+NOTEBOOKS = ["quickstart.ipynb", "overflow_detection.ipynb", "remote_and_ranks.ipynb"]
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)

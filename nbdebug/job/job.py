@@ -298,6 +298,21 @@ class Job:
                 return late
             time.sleep(0.005)
 
+    def wait(self, timeout: float | None = None) -> dict[Any, str]:
+        """Block until no rank runs and the paused ones stand at one step boundary (a hit paused one rank and
+        the others were lined up with it, or a pause / step of the job is done), or ``timeout`` seconds;
+        returns ``{rank: state}``."""
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            views = [v for v in self._views.values() if v.live]
+            paused = {v.running_step for v in views if v.state == "paused"}
+            if not any(v.state in ("running", "idle") for v in views) and len(paused) <= 1:
+                break
+            if end is not None and time.monotonic() >= end:
+                break
+            time.sleep(0.02)
+        return {r: v.state for r, v in self._views.items()}
+
     def terminate(self) -> None:
         """End training on every rank (cleanly when they are paused at the same boundary; a running rank
         unwinds at its next node, and peers waiting for it in a collective fail at the process group's
