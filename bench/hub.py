@@ -7,8 +7,9 @@ second; it answers ``pause_at_step`` / ``cont`` / ``terminate`` like an agent. R
 ``--workers`` processes (one loop per process drives all its ranks), stepping together every
 ``--period`` seconds as ranks in a collective do.
 
-Measured in this (the notebook's) process, which only runs the listener: **hub CPU per step** (process
-CPU time over the measured steps ÷ steps: decoding, mirroring every rank's table, events) and **pause
+Measured in this (the notebook's) process, which only runs the listener and its ``Job`` (the panel's model,
+unless ``--no-job``): **hub CPU per step** (process CPU time over the measured steps ÷ steps: decoding,
+mirroring every rank's table, events, the job's per-rank step summaries) and **pause
 latency** (``listener.pause_all()`` until every rank reports ``paused``; it includes waiting for the
 step boundary, at most the period plus one step of margin) and **command latency** (one
 ``request`` round trip to one rank).
@@ -146,7 +147,8 @@ def _real(listener, ranks: int, period: float, tmp: Path) -> list:
                               str(period)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
 
 
-def measure(ranks: int, rows: int, steps: int, period: float, workers: int, real: bool = False) -> dict:
+def measure(ranks: int, rows: int, steps: int, period: float, workers: int, real: bool = False,
+            job: bool = True) -> dict:
     import tempfile
 
     import nbdebug
@@ -157,6 +159,8 @@ def measure(ranks: int, rows: int, steps: int, period: float, workers: int, real
                                                                         workers)
     try:
         listener.wait_for(ranks, 120)
+        if job:  # the panel's model: every rank's steps summarised as they arrive (first non-finite, overview)
+            listener.job  # noqa: B018 - made now, it follows every rank
         srcs = list(listener.sources.values())
         while min(s.step_index for s in srcs) < 3:  # warm up: names and graphs sent
             time.sleep(0.01)
@@ -181,7 +185,7 @@ def measure(ranks: int, rows: int, steps: int, period: float, workers: int, real
         same = len({s.step_index for s in srcs}) == 1
         listener.terminate_all()
         rows = len(srcs[0].session.steps[max(srcs[0].session.steps)])
-        return {"ranks": ranks, "real": real, "rows": rows, "period_s": period, "steps": steps,
+        return {"ranks": ranks, "real": real, "job": job, "rows": rows, "period_s": period, "steps": steps,
                 "hub_cpu_ms_per_step": 1000 * cpu / steps, "hub_cpu_share": cpu / wall,
                 "command_rtt_ms": 1000 * statistics.median(rtts), "pause_latency_s": pause_latency,
                 "all_paused_at_one_step": same}
@@ -207,11 +211,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--period", type=float, default=1.0, help="seconds per training step")
     ap.add_argument("--workers", type=int, default=2, help="processes simulating the ranks")
     ap.add_argument("--real", type=int, nargs="*", default=[], help="also real torchrun jobs of these sizes")
+    ap.add_argument("--no-job", action="store_true", help="the listener alone, without the panel's Job")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     results = []
     for n, real in [(n, True) for n in args.real] + [(n, False) for n in args.ranks]:
-        r = measure(n, args.rows, args.steps, args.period, args.workers, real)
+        r = measure(n, args.rows, args.steps, args.period, args.workers, real, not args.no_job)
         results.append(r)
         print(f"{n:5d} {'real' if real else 'simulated'} ranks × {r['rows']} rows: "
               f"hub CPU {r['hub_cpu_ms_per_step']:.1f} ms/step "

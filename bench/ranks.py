@@ -14,8 +14,12 @@ What is measured (process CPU time, ``time.process_time``):
 * ``first_nonfinite(all)``: ``Job.first_nonfinite()`` over the whole history (every step of every rank);
 * message sizes: the summary JSON and the full table a rank would send if every statistic travelled.
 
-The transport part (real processes over sockets, pause latency) is added with ``nbdebug/remote``.
-Run: ``.venv/bin/python bench/ranks.py [--ranks 64 256] [--steps 200] [--tensors 1500]``.
+That is the summary mode planned for many ranks (ARCHITECTURE.md, "Scale: many ranks"). The job as it runs
+today — every rank streaming its tables to the listener — is measured by ``bench/hub.py``, which this bench
+runs first: hub CPU per step and pause latency with ``--real`` torchrun jobs (2 and 4 ranks) and
+``--simulated`` ranks (64 and 256) speaking the protocol. Run: ``.venv/bin/python bench/ranks.py
+[--real 2 4] [--simulated 64 256] [--ranks 64 256] [--steps 200] [--tensors 1500]`` (``--real --simulated``
+with no sizes: the summary part alone).
 """
 
 from __future__ import annotations
@@ -23,7 +27,11 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -79,6 +87,17 @@ class SimRank:
     def tensor(self, node: str, slot: str, step: Any = "current") -> Any:
         raise KeyError(node)
 
+    def watch(self, condition: str, nodes: Any = None, **params: Any) -> Any:
+        raise NotImplementedError("a simulated rank sends summaries only")
+
+    update_watch = unwatch = watch
+
+    def recommend(self) -> list:
+        return []
+
+    def watch_recommended(self) -> list:
+        return []
+
 
 def rank_messages(ranks: int, steps: int, tensors: int, nan_rank: int, nan_step: int,
                   seed: int = 0) -> tuple[list[list[bytes]], list[float], int]:
@@ -127,12 +146,27 @@ def run(ranks: int, steps: int, tensors: int) -> dict[str, Any]:
             "full_table_bytes": full_bytes}
 
 
+def transport(real: list[int], simulated: list[int]) -> list[dict[str, Any]]:
+    """``bench/hub.py``'s figures (it prints them): real torchrun jobs, then simulated ranks."""
+    if not real and not simulated:
+        return []
+    with tempfile.TemporaryDirectory() as tmp:  # its own process: it spawns the simulated ranks by file name
+        out = Path(tmp) / "hub.json"
+        subprocess.run([sys.executable, str(Path(__file__).with_name("hub.py")), "--real", *map(str, real),
+                        "--ranks", *map(str, simulated), "--out", str(out)], check=True)
+        return json.loads(out.read_text())
+
+
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--ranks", type=int, nargs="+", default=[64, 256])
+    ap.add_argument("--real", type=int, nargs="*", default=[2, 4], help="torchrun jobs of these sizes (bench/hub.py)")
+    ap.add_argument("--simulated", type=int, nargs="*", default=[64, 256],
+                    help="ranks simulated over the protocol (bench/hub.py)")
+    ap.add_argument("--ranks", type=int, nargs="+", default=[64, 256], help="ranks of the summary-mode part")
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--tensors", type=int, default=1500, help="captured tensors per rank and step")
     args = ap.parse_args(argv)
+    transport(args.real, args.simulated)
     rows = [run(r, args.steps, args.tensors) for r in args.ranks]
     head = ("ranks", "steps", "tensors/rank", "rank: summary ms", "hub ms/step", "hub p95 ms", "first(all) ms",
             "summary B/rank/step", "full table B/rank/step")

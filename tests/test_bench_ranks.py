@@ -12,7 +12,7 @@ def test_ranks_bench_smoke(capsys):
     spec = importlib.util.spec_from_file_location("nbdebug_bench_ranks", BENCH)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    rows = bench.main(["--ranks", "3", "6", "--steps", "8", "--tensors", "40"])
+    rows = bench.main(["--real", "--simulated", "--ranks", "3", "6", "--steps", "8", "--tensors", "40"])
     assert [r["ranks"] for r in rows] == [3, 6]
     for r in rows:
         assert r["hub_step_ms"] > 0 and r["summary_bytes"] < r["full_table_bytes"]
