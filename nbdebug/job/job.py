@@ -48,7 +48,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from ..control import EventHub
+from ..session.stats import COL
 from ..ui.source import SourceView, as_source
 from ..watch.watchpoints import HitRecord, count_hits
 from .summary import StepSummary, summarize_table
@@ -181,7 +184,7 @@ class Job:
             table = session.table(step)
         except KeyError:  # left the live window since
             return None
-        found = _origin(src, step)
+        found = _origin(src, step) if _any_nonfinite(table) else None  # a finite step has no origin: not searched
         nodes = session.graph.nodes
         out = summarize_table(table, rank=rank, step=step, origin=found[:2] if found else None, hits=hits,
                               computed_forward=lambda n: _computed_forward(nodes.get(n)))
@@ -390,6 +393,12 @@ def _check_rank(rank: Any) -> None:
     if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
         raise ValueError(f"ranks are ints >= 0 (or 'host:pid' for a process outside a distributed job), "
                          f"got {rank!r}")
+
+
+def _any_nonfinite(table: Any) -> bool:
+    v = table.values
+    return bool(len(table)) and bool(np.nansum(v[:, [COL["nan_count"], COL["pos_inf_count"], COL["neg_inf_count"]]]) > 0
+                                    or not np.isfinite(v[:, [COL["max"], COL["min"]]]).all())
 
 
 def _computed_forward(node: Any) -> bool:
