@@ -52,7 +52,10 @@ def _rank_loop(address: str, token: str, ranks: list[int], world: int, rows: int
     graph = Graph()
     for name, _slot in keys:
         graph.add_node(name, kind="module", op_type="Linear", scope=name.split(".")[1])
-    table = StatsTable.from_rows(keys, ["float32"] * rows, [(32, 256)] * rows, rng.random((rows, 10)))
+    values = rng.random((rows, 10))
+    values[:, 5:9] = 0  # zero / NaN / +Inf / -Inf counts: a healthy step
+    values[:, 9] = 32 * 256  # elements
+    table = StatsTable.from_rows(keys, ["float32"] * rows, [(32, 256)] * rows, values)
     socks, books, deltas, steps, pause_at, paused = {}, {}, {}, {}, {}, {}
     for r in ranks:
         s = ctx.socket(zmq.DEALER)
