@@ -128,7 +128,7 @@ class JobPanel(w.VBox):
         self._follow_ranks()
         if job.ranks:
             self.select_rank(job.ranks[0] if rank is None else rank)
-        self.rank_select.observe(lambda ch: ch["new"] is not None and self.select_rank(ch["new"]), names="value")
+        self.rank_select.observe(self._chosen, names="value")
         self.refresh()
 
     def _follow_ranks(self) -> None:
@@ -136,18 +136,28 @@ class JobPanel(w.VBox):
         ranks = self.job.ranks
         if ranks == self._followed:
             return
-        for r in ranks[len(self._followed):] if ranks[:len(self._followed)] == self._followed else ranks:
+        for r in ranks:
             if r not in self._followed:
                 self._subs += [SourceView(self.job.source(r)).on(ev, self._mark) for ev in EVENTS]
         self._followed = list(ranks)
         options = [(rank_label(r), r) for r in ranks]
-        for dd, default in ((self.rank_select, ranks[0]), (self.compare_a, ranks[-1] if len(ranks) > 1 else ranks[0]),
-                            (self.compare_b, ranks[0])):
-            keep = dd.value
-            dd.options = options
-            dd.value = keep if keep in ranks else default
+        self._moving = True  # new options: not the user choosing a rank
+        try:
+            for dd, default in ((self.rank_select, ranks[0]), (self.compare_b, ranks[0]), (self.compare_a, ranks[-1])):
+                keep = dd.value
+                dd.options = options
+                dd.value = keep if keep in ranks and not (dd is self.compare_a and keep == self.compare_b.value) \
+                    else default
+        finally:
+            self._moving = False
         if self.panel is not None and self.panel.controls is not None and len(ranks) > 1:
             self.panel.controls.widget.layout.display = "none"
+
+    _moving = False
+
+    def _chosen(self, change: dict[str, Any]) -> None:
+        if change["new"] is not None and not self._moving:
+            self.select_rank(change["new"])
 
     def _rank_dropdown(self, css: str) -> w.Dropdown:
         dd = w.Dropdown(options=[], layout=w.Layout(width="100px"))
