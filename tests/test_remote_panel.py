@@ -11,8 +11,8 @@ from remote_procs import finish, start, until
 
 import nbdebug
 from nbdebug.lab import command, status
-from nbdebug.ui.panel import Panel
 from nbdebug.ui.job_panel import JobPanel
+from nbdebug.ui.panel import Panel
 
 
 def test_panel_header_controls_and_lab_commands_on_a_remote_process(tmp_path):

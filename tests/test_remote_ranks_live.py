@@ -19,10 +19,10 @@ import pytest
 import torch  # noqa: F401 - the job runs torch.distributed in its processes (tests/torch_only.py reads this)
 import zmq  # noqa: F401 - the listener needs ZeroMQ
 from ranks_checks import NAN_STEP, free_port
+from remote_procs import ROOT, SCRIPTS, until
 
 import nbdebug
 from nbdebug.ui.job_panel import JobPanel
-from remote_procs import ROOT, SCRIPTS, until
 
 FAULT = "Module.module.fault.Fault.forward.0"  # the DDP wrapper is the model the runner attached to
 
