@@ -125,3 +125,47 @@ def test_job_panel_controls_every_rank():
     finally:
         for d in dbgs:
             d.close()
+
+
+def test_ranks_joining_a_job_appear_in_its_panel():
+    """A listener's job starts empty and grows as processes connect (``Job.add``); a restarted rank's new
+    process replaces the old one in the job and in the panel."""
+    from nbdebug.offline import OfflineSession
+    from nbdebug.session.session import Session
+
+    class Group:
+        address = "127.0.0.1:5555"
+
+        def pause_all(self):
+            return 0
+
+        def cont_all(self, steps=None):
+            pass
+
+        def terminate_all(self):
+            pass
+
+    def rank_source():
+        return OfflineSession(Session(framework="pytorch"))
+
+    job = Job({}, control=Group())
+    p = JobPanel(job, loop=None)
+    try:
+        assert p.panel is None and "waiting for training processes on 127.0.0.1:5555" in p.processes.value
+        assert set(p.buttons) == {"pause", "cont", "step", "terminate"}
+        first, second = rank_source(), rank_source()
+        job.add(1, second)
+        p.flush()
+        job.add(0, first)
+        p.flush()
+        assert job.ranks == [0, 1] and [o[1] for o in p.rank_select.options] == [0, 1]
+        assert p.rank == 1 and p.panel.source.obj is second  # the first to join stays shown
+        assert {p.compare_a.value, p.compare_b.value} == {0, 1}  # two different ranks to compare
+        again = rank_source()
+        job.add(1, again)  # rank 1 restarted: a new process
+        p.flush()
+        assert job.source(1) is again and p.rank == 1 and p.panel.source.obj is again
+        p.buttons["pause"].click()
+        assert "after step 0" in p.status.value
+    finally:
+        p.close()

@@ -102,19 +102,20 @@ class Job:
             self.add(rank, src)
 
     def add(self, rank: Any, source: Any) -> None:
-        """Add ``rank`` (a rank that connected after the job was made, e.g. to a listener); a rank already
-        there keeps its source. ``rank`` is an int >= 0, or ``"host:pid"`` for a process outside a
-        distributed job (it sorts after the ranks)."""
+        """Add ``rank`` (a rank that connected after the job was made, e.g. to a listener), or give it a new
+        source (a restarted process of that rank: what the job knew of the old one is forgotten). ``rank`` is
+        an int >= 0, or ``"host:pid"`` for a process outside a distributed job (it sorts after the ranks)."""
         _check_rank(rank)
         src = as_source(source)
         with self._lock:
-            if rank in self._sources:
+            if self._sources.get(rank) is src:
                 return
             view = SourceView(src)
             self._sources = dict(sorted({**self._sources, rank: src}.items(), key=lambda kv: rank_order(kv[0])))
             self._views = {**self._views, rank: view}
+            self._cache = {k: v for k, v in self._cache.items() if k[0] != rank}
             if view.live:
-                self._subs.append(view.on("step", lambda _s, rank=rank: self._summarize_new(rank)))
+                self._subs.append(view.on("step", lambda _s, rank=rank, view=view: self._summarize_new(rank, view)))
                 if self._sync and self.control is None:
                     self._subs.append(view.on("state", lambda _s, rank=rank: self._rank_state(rank)))
         self.hub.emit("state", "ranks")
@@ -191,9 +192,11 @@ class Job:
         self._cache[(rank, step)] = out
         return out
 
-    def _summarize_new(self, rank: int) -> None:
+    def _summarize_new(self, rank: int, view: SourceView) -> None:
         """A live rank finished a step: summarise the steps it holds that have no summary yet."""
-        steps = getattr(self._sources[rank].session, "steps", {}) or {}
+        if self._views.get(rank) is not view:
+            return  # a source the rank no longer has
+        steps = getattr(view.obj.session, "steps", {}) or {}
         for step in [s for s in list(steps) if (rank, s) not in self._cache]:
             self.summary(rank, step)
 

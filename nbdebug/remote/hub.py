@@ -32,6 +32,7 @@ from typing import Any
 import zmq
 
 from ..control import EventHub
+from ..job.job import rank_order
 from . import protocol as P
 from .source import REQUEST_TIMEOUT, RemoteSource
 from .transport import Pump
@@ -321,8 +322,7 @@ class Listener:
             src.connects += 1
         else:
             src = RemoteSource(self, ident, head)
-            items = sorted([*self.sources.items(), (key, src)],
-                           key=lambda kv: (0, kv[0], "") if isinstance(kv[0], int) else (1, 0, str(kv[0])))
+            items = sorted([*self.sources.items(), (key, src)], key=lambda kv: rank_order(kv[0]))
             self.sources.clear()  # the same dict, in rank order
             self.sources.update(items)
             if self._job is not None:

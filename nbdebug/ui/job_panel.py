@@ -134,20 +134,27 @@ class JobPanel(w.VBox):
     def _follow_ranks(self) -> None:
         """Keep the selectors and event subscriptions in step with the job's ranks (they may grow)."""
         ranks = self.job.ranks
-        if ranks == self._followed:
+        followed = [(r, self.job.source(r)) for r in ranks]
+        if len(followed) == len(self._followed) and all(a is b for (_r, a), (_q, b) in zip(followed, self._followed,
+                                                                                          strict=True)):
             return
-        for r in ranks:
-            if r not in self._followed:
-                self._subs += [SourceView(self.job.source(r)).on(ev, self._mark) for ev in EVENTS]
-        self._followed = list(ranks)
+        known = {id(src) for _r, src in self._followed}
+        for _r, src in followed:
+            if id(src) not in known:
+                self._subs += [SourceView(src).on(ev, self._mark) for ev in EVENTS]
+        self._followed = followed
+        if self.panel is not None and self.rank in ranks and self.panel.source.obj is not self.job.source(self.rank):
+            shown, self.rank = self.rank, None  # that rank's process was replaced (restarted): show the new one
+            self.select_rank(shown)
         options = [(rank_label(r), r) for r in ranks]
         self._moving = True  # new options: not the user choosing a rank
         try:
             for dd, default in ((self.rank_select, ranks[0]), (self.compare_b, ranks[0]), (self.compare_a, ranks[-1])):
                 keep = dd.value
                 dd.options = options
-                dd.value = keep if keep in ranks and not (dd is self.compare_a and keep == self.compare_b.value) \
-                    else default
+                dd.value = keep if keep in ranks else default
+            if len(ranks) > 1 and self.compare_a.value == self.compare_b.value:  # two ranks to compare
+                self.compare_a.value = next(r for r in reversed(ranks) if r != self.compare_b.value)
         finally:
             self._moving = False
         if self.panel is not None and self.panel.controls is not None and len(ranks) > 1:
