@@ -66,18 +66,31 @@ def flatten(obj: Any, prefix: str, tensor_type: Any) -> Iterator[tuple[str, Any]
             yield from flatten(item, f"{prefix}.{k}", tensor_type)
 
 
-def outputs(obj: Any, prefix: str = "output", *, tensor_type: Any) -> Iterator[tuple[str, Any]]:
+def outputs(obj: Any, prefix: str = "output", *, tensor_type: Any) -> list[tuple[str, Any]]:
     """Outputs are a list in msProbe's data names: a lone tensor is ``output.0``."""
-    return flatten((obj,) if isinstance(obj, tensor_type) else obj, prefix, tensor_type)
+    if isinstance(obj, tensor_type):  # the common case, without the generators (the hot path)
+        return [(f"{prefix}.0", obj)]
+    return list(flatten(obj, prefix, tensor_type))
 
 
-def arguments(args: tuple, kwargs: dict | None, *, tensor_type: Any) -> Iterator[tuple[str, Any]]:
+_NESTED = (list, tuple, dict)
+
+
+def arguments(args: tuple, kwargs: dict | None, *, tensor_type: Any) -> list[tuple[str, Any]]:
     """A call's tensors: positional ``input.{i}``, keyword ``input.{name}``."""
+    out = []
     for i, a in enumerate(args):
-        yield from flatten(a, f"input.{i}", tensor_type)
+        if isinstance(a, tensor_type):
+            out.append((f"input.{i}", a))
+        elif isinstance(a, _NESTED):
+            out.extend(flatten(a, f"input.{i}", tensor_type))
     if kwargs:
         for k, v in kwargs.items():
-            yield from flatten(v, f"input.{k}", tensor_type)
+            if isinstance(v, tensor_type):
+                out.append((f"input.{k}", v))
+            elif isinstance(v, _NESTED):
+                out.extend(flatten(v, f"input.{k}", tensor_type))
+    return out
 
 
 def user_stack(framework_dir: str, limit: int = 8) -> list[str]:

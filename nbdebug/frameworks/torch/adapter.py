@@ -440,9 +440,7 @@ class TorchAdapter(Capture):
                 if info in _MUTATED_ARGS:
                     targets += mutated_args(info, args, kwargs)
                 for t in targets:
-                    seen = self._seen.get(id(t))
-                    if seen is not None and seen.handle is not None:
-                        seen.handle.snapshot()
+                    self._overwrite(t, name, section)
         finally:
             self.busy = False
         out = func(*args, **kwargs)
@@ -463,6 +461,21 @@ class TorchAdapter(Capture):
             self.busy = False
         self.emit_node(node, (args, kwargs, out))
         return out
+
+    def _overwrite(self, t: torch.Tensor, name: str, section: str) -> None:
+        """Op ``name`` is about to overwrite ``t`` in place: copy its retained value first — except in the
+        optimizer, whose in-place updates of its state and of the parameters would cost a copy per op and
+        parameter every step: there the reference stays, and reading it later raises
+        :class:`NotRetainedError` naming ``name``, unless a watchpoint needs the value (its producer is a
+        pinned node). The parameters' values the model used are ``Parameter.*`` copies either way."""
+        seen = self._seen.get(id(t))
+        handle = seen.handle if seen is not None else None
+        if handle is None:
+            return
+        if section != "optimizer" or (seen.producer is not None and seen.producer[0] in self.session.pinned):
+            handle.snapshot()
+        elif not handle.copied and handle.overwritten_by is None:
+            handle.overwritten_by = name
 
     def _op_bwd_hook(self, name: str, fwd) -> Callable:
         scope = fwd.scope
