@@ -41,43 +41,48 @@ class Recording:
             if old is not None:  # modified in place by something not captured: same producer
                 seen.producer = old.producer
             self._seen[tid] = seen
-        key = (node.name, slot)
-        rec = self.session.recorder
-        if seen.dtype is None:  # metadata settled at the next flush (resolve)
-            rec.add(key, seen.row, "", (), 0)
-            self._unresolved.append((rec.index[key], node, slot, seen.row))
+        name = node.name
+        key = (name, slot)
+        session = self.session
+        dtype = seen.dtype
+        if dtype is None:  # metadata settled at the next flush (resolve)
+            i = session.recorder.add(key, seen.row, "", (), 0)
+            self._unresolved.append((i, node, slot, seen.row))
             node.shapes.setdefault(slot, ())
         else:
-            rec.add(key, seen.row, seen.dtype, seen.shape, seen.count)
+            i = session.recorder.add(key, seen.row, dtype, seen.shape, seen.count)
             if seen.why is not None:
-                rec.unsupported[rec.index[key]] = seen.why
+                session.recorder.unsupported[i] = seen.why
             node.shapes[slot] = seen.shape
-            node.dtypes[slot] = seen.dtype
+            node.dtypes[slot] = dtype
         if self.tap is not None:
-            self._tapped.setdefault(node.name, []).append((slot, t))
+            self._tapped.setdefault(name, []).append((slot, t))
         if keep and seen.why is None:
-            pinned = node.name in self.session.pinned
-            if self.retain or pinned:  # retention (inline: the hot path)
-                store = self.session.store
+            pinned = name in session.pinned
+            # retention (inline: the hot path); the optimizer's ops keep statistics only unless watched
+            if (self.retain and node.section != "optimizer") or pinned:
+                store = session.store
                 handle = seen.handle
                 if handle is None:
                     nbytes = seen.nbytes
-                    if nbytes is not None and not pinned and not store.fits(nbytes):
+                    if nbytes is not None and not pinned and store.used + nbytes > store.budget:
                         store.offer(key, Size(nbytes))
-                        handle = None
                     else:
                         handle = seen.handle = self.ops.reference(t, seen, copy or self.retain_copy)
+                elif copy and not handle.copied:  # first kept by reference (an op's input): a parameter
+                    handle.snapshot()             # keeps the value the model used, whatever runs next
                 if handle is None:
                     pass
-                elif seen.dtype is None:  # the size is known at the flush: offered then
+                elif dtype is None:  # the size is known at the flush: offered then
                     self._offers.append((key, handle, seen.row))
                 else:
                     store.offer(key, handle, force=pinned)
         if as_input:
-            if seen.producer is None and origin:
-                seen.producer = self.origin(t)
-            if seen.producer is not None:
-                self.session.graph.add_edge(seen.producer[0], node.name, seen.producer[1], slot)
+            producer = seen.producer
+            if producer is None and origin:
+                producer = seen.producer = self.origin(t)
+            if producer is not None:
+                session.graph.add_edge(producer[0], name, producer[1], slot)
         return seen
 
     def resolve(self, meta: dict[int, tuple]) -> None:
