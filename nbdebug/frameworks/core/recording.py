@@ -6,7 +6,11 @@ op's output is this op's input) reuses its row; otherwise the framework's
 gets an origin node: a parameter, a buffer (``Constant.*``), an argument of the outermost call
 (``Input.N``) — or, when it was computed inside a module call that records no ops at this level, that
 call (slot ``internal``): an ``Input`` node there would claim the model's data as the origin of a value
-the module computed.
+the module computed. The optimizer's own state (moments, step counts) has no origin node.
+
+Retention: values are offered to the session's store as the framework's references (copies for
+parameters); the ops of the optimizer section keep statistics only, unless a value watchpoint pins
+their node (a reference to each moment the next op overwrites would need a copy per op and parameter).
 
 >>> from nbdebug.frameworks.core.records import Seen
 >>> Seen(None, 0, 3, "float32", None).row
@@ -121,8 +125,9 @@ class Recording:
             self._seen[id(new)] = seen.alias(weakref.ref(new), self.version(new))
         self._alias[id(new)] = (weakref.ref(new), weakref.ref(old))
 
-    def origin(self, t: Any) -> tuple[str, str]:
-        """The producer of a tensor nobody produced this step (see the module docstring)."""
+    def origin(self, t: Any) -> tuple[str, str] | None:
+        """The producer of a tensor nobody produced this step (see the module docstring); None for the
+        optimizer's state."""
         alias = self._alias.get(id(t))
         base = alias[1]() if alias is not None and alias[0]() is t else None
         if base is not None:  # an alias of a tensor / an unrecorded call's result: that tensor's origin
@@ -146,6 +151,8 @@ class Recording:
             inner = self.open_call()
             if inner is not None and id(t) not in self._root_args:
                 return inner, INTERNAL
+            if self.section == "optimizer":  # the optimizer's own state (moments, step counts): no origin
+                return None
             name = f"Input.{self._inputs}"
             self._inputs += 1
             node = s.node(name, kind="input", op_type="input", scope="")
