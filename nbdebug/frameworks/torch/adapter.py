@@ -81,6 +81,7 @@ def mutated_args(info: tuple[str, str], args: tuple, kwargs: dict) -> list[torch
 
 
 _NO_TORCH_FUNCTION = torch._C.DisableTorchFunction
+_autograd_node = torch._C._current_autograd_node  # not None while backward runs a node
 _PASS = ("", "")  # a torch call msProbe does not record: runs unrecorded, its result keeps its input's producer
 
 
@@ -215,8 +216,11 @@ class _OpMode(TorchFunctionMode):
         a = self.adapter
         if not a.capturing or a.busy or not self.armed:
             return func(*args, **kwargs)
-        info = a.api_info(func)
-        if info is None or torch._C._current_autograd_node() is not None:
+        try:
+            info = a._api_cache[func]
+        except (KeyError, TypeError):
+            info = a.api_info(func)
+        if info is None or _autograd_node() is not None:
             return func(*args, **kwargs)
         caller = sys._getframe(1)
         if a._scope and caller is not a._ok_frame:  # inside a module call, or left one by an interrupt?
