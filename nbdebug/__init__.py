@@ -25,6 +25,8 @@ _LAZY: dict[str, str] = {
     "compare": "nbdebug.compare.run:compare",
     "compare_npy_dir": "nbdebug.compare.npy:compare_npy_dir",
     "compare_weights": "nbdebug.compare.weights:compare_weights",
+    "attach": "nbdebug.remote.attach:attach",
+    "listen": "nbdebug.remote.hub:listen",
 }
 
 __all__ = ["Debugger", "NotRetainedError", *_LAZY]

@@ -210,6 +210,13 @@ class Debugger(Reader):
                 self._node_sub = None
             raise
 
+    def adopt(self) -> None:
+        """Control training that runs in the calling thread without :meth:`run` (a script's plain loop):
+        pauses, steps and terminate act on it as on a worker (used by ``nbdebug.attach``)."""
+        if self._node_sub is None:
+            self._node_sub = self.session.subscribe("node", self._on_node)
+        self._ctl.adopt()
+
     def cont(self, steps: int | None = None) -> None:
         """Continue: run ``steps`` steps, or (None) until a watchpoint hit or the end."""
         self._ctl.cont(steps)
@@ -352,6 +359,7 @@ class Debugger(Reader):
         A training thread still running is terminated first (and waited for, up to 10 s)."""
         if self.closed:
             return
+        self._ctl.release()  # training adopted in the foreground (adopt) is over
         if self._ctl.state in (State.RUNNING, State.PAUSED):
             self._ctl.terminate()
             if self._ctl.thread is not None and self._ctl.thread is not __import__("threading").current_thread():

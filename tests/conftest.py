@@ -2,6 +2,9 @@ import pytest
 import torch
 import torch.nn as nn
 
+#: scripts the remote tests start as processes (they read sys.argv at import): not test modules
+collect_ignore_glob = ["remote_scripts/*"]
+
 pytest_plugins = ["browser"]  # one JupyterLab server and one Chromium for every browser test (tests/browser.py)
 
 

@@ -49,6 +49,11 @@ class TrainingTerminated(BaseException):  # noqa: N818 - not an error: the user 
     """
 
 
+class TerminatedExit(TrainingTerminated, SystemExit):
+    """``TrainingTerminated`` in a thread the controller adopted (:meth:`Controller.adopt`: a script that
+    trains in its main thread): uncaught, it ends the script like ``sys.exit(0)``, without a traceback."""
+
+
 class Controller:
     """Runs a training function and answers control commands."""
 
@@ -74,6 +79,8 @@ class Controller:
         self._terminate_requested = False
         self._run_to: str | None = None
         self._next_node = False
+        #: True while a thread trains in the foreground under control (:meth:`adopt`), not under run()
+        self.adopted = False
 
     # -- starting ---------------------------------------------------------------------------------
     def run(self, fn: Callable[..., Any], *args: Any, block: bool = False, paused: bool = False,
@@ -83,6 +90,8 @@ class Controller:
         ``paused=True`` waits for a command before the first node; ``steps=N`` pauses after N steps.
         """
         with self._cv:
+            if self.adopted and self.controlling:
+                self.release(State.IDLE)  # the adopted thread hands training to run()
             if self.state in ACTIVE:
                 raise RuntimeError(f"training is already {self.state}; terminate() it or wait() for it first")
             if block and paused:
@@ -127,6 +136,37 @@ class Controller:
         self.thread = threading.Thread(target=target, name="nbdebug-training", daemon=True)
         _at_exit_stop(self)
         self.thread.start()
+
+    def adopt(self) -> None:
+        """Control the calling thread, which trains in the foreground (no :meth:`run`): its nodes and step
+        ends pause and unwind it as a worker's would, and ``terminate()`` ends it with
+        :class:`TerminatedExit` (a clean ``sys.exit(0)`` when nothing catches it). Used when a script is
+        attached to a notebook (``nbdebug.attach``); :meth:`release` ends it."""
+        with self._cv:
+            if self.state in ACTIVE:
+                raise RuntimeError(f"training is already {self.state} under run(); a thread cannot be adopted")
+            self._reset_requests()
+            self._steps_left = None
+            self.error = self.exception = self.result = None
+            self.current_node = None
+            self.pause_reason = ""
+            self._train_ident = threading.get_ident()
+            self.adopted = True
+            self._set_state(State.RUNNING)
+
+    def release(self, final: State = State.FINISHED) -> None:
+        """Stop controlling the adopted thread (it ended, or the debugger closes); state becomes ``final``."""
+        with self._cv:
+            if not self.adopted:
+                return
+            self.adopted = False
+            self._train_ident = None
+            self.current_node = None
+            self._reset_requests()
+            self._set_state(final)
+
+    def _terminated(self) -> TrainingTerminated:
+        return TerminatedExit(0) if self.adopted else TrainingTerminated()
 
     # -- commands (any thread) --------------------------------------------------------------------
     def cont(self, steps: int | None = None) -> None:
@@ -201,7 +241,7 @@ class Controller:
         if self._terminate_requested:
             if self._in_optimizer():
                 return  # finish the parameter update first; the step end unwinds
-            raise TrainingTerminated
+            raise self._terminated()
         reason = None
         if hit:
             reason = "watchpoint hit"
@@ -218,7 +258,7 @@ class Controller:
         if not self.controlling:
             return
         if self._terminate_requested:
-            raise TrainingTerminated
+            raise self._terminated()
         reason = None
         if hits:
             reason = f"{hits} watchpoint hit{'s' if hits != 1 else ''} in step {step}"
@@ -253,7 +293,7 @@ class Controller:
                 self._cv.wait()
             terminate = self._terminate_requested and not self._in_optimizer()
         if terminate:
-            raise TrainingTerminated
+            raise self._terminated()
 
     def _resume(self) -> None:
         if self.state is State.PAUSED:

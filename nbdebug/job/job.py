@@ -355,9 +355,7 @@ def _origin(src: Any, step: int) -> tuple[str, str, int] | None:
     fn = getattr(src, "first_nonfinite", None)
     if fn is not None:
         return fn(step)
-    from ..debugger import first_nonfinite
-
-    return first_nonfinite(src.session, step)
+    return as_source(src).first_nonfinite(step)
 
 
 def _boundary(view: SourceView) -> int:

@@ -23,7 +23,7 @@ import time
 import weakref
 from typing import Any
 
-from .commands import active_debugger, status
+from .commands import active_debugger, remember, status
 
 TARGET = "nbdebug.status"
 PROTOCOL = 1
@@ -59,6 +59,7 @@ class StatusChannel:
 
     def announce(self, dbg: Any) -> None:
         """Make ``dbg``'s status reach the frontend (no-op outside a kernel; idempotent)."""
+        remember(dbg)
         if not in_kernel():
             return
         if dbg not in self._announced:

@@ -36,10 +36,24 @@ COMMANDS: dict[str, tuple[tuple[State, ...], Callable[[Any], None]]] = {
 }
 
 
+_ANNOUNCED: list[Any] = []  # weakref to the source announced last (a Debugger or a remote process)
+
+
+def remember(source: Any) -> None:
+    """Make ``source`` (a Debugger, or a remote process's ``RemoteSource``) the one the extension controls."""
+    import weakref
+
+    _ANNOUNCED[:] = [weakref.ref(source)]
+
+
 def active_debugger() -> Any:
-    """The debugger the extension controls: the most recently created one that is not closed."""
+    """The debugger the extension controls: the most recently announced one (created, or a remote process
+    that connected) that is not closed, else the most recently created live Debugger."""
     from ..debugger import last_debugger
 
+    last = _ANNOUNCED[0]() if _ANNOUNCED else None
+    if last is not None and not getattr(last, "closed", False):
+        return last
     return last_debugger()
 
 

@@ -4,8 +4,10 @@ hit count, and what ended or broke the session.
 Each value is its own small widget with a stable CSS class (``nbdebug-framework``, ``nbdebug-device``,
 ``nbdebug-pid``, ``nbdebug-dump``, ``nbdebug-step``, ``nbdebug-step-running``, ``nbdebug-state``,
 ``nbdebug-hit-count``, ``nbdebug-pause-reason``, ``nbdebug-failure``, and — once a loss scale is tracked
-(``dbg.track_loss_scale(scaler)``) — ``nbdebug-loss-scale``), so a browser test reads one value per
-element; :meth:`Header.refresh` only assigns values that changed, so an idle header sends nothing.
+(``dbg.track_loss_scale(scaler)``) — ``nbdebug-loss-scale``; for a remote process (a source with
+``remote_info``: ``nbdebug.listen``) ``nbdebug-remote`` names its host, rank and connection), so a browser
+test reads one value per element; :meth:`Header.refresh` only assigns values that changed, so an idle
+header sends nothing.
 
 **One step convention.** ``Step`` (``nbdebug-step``) is the step *whose data the panel shows*: the step
 the graph's statistics, the node details, the hit list ("step 3") and the pause reason ("… hits in
@@ -44,6 +46,21 @@ def failure_text(error: str, node: str | None, step: int | None) -> str:
     return f"failed{where}: {last}"
 
 
+def remote_text(info: dict[str, Any]) -> str:
+    """What a remote process's header says beside its PID: host, rank, and whether it is connected.
+
+    >>> remote_text({"host": "node7", "rank": 1, "world_size": 4, "connected": False})
+    'node7 · rank 1/4 · disconnected'
+    """
+    parts = [str(info.get("host") or "?")]
+    if info.get("rank") is not None:
+        size = info.get("world_size")
+        parts.append(f"rank {info['rank']}" + (f"/{size}" if size is not None else ""))
+    if not info.get("connected", True):
+        parts.append("disconnected")
+    return " · ".join(parts)
+
+
 def dump_text(source: Any) -> str:
     """What an offline header says about its dump: path, framework (layout) and the steps."""
     obj = source.obj
@@ -65,6 +82,7 @@ def dump_text(source: Any) -> str:
 _STATE_COLOURS = {
     "running": "#1a7f37", "paused": "#bf8700", "idle": "#57606a", "finished": "#0969da",
     "terminated": "#57606a", "failed": "#cf222e", "offline": "#8250df", "closed": "#57606a",
+    "disconnected": "#cf222e",
 }
 
 
@@ -83,6 +101,9 @@ class Header:
         self.framework, f1 = _field("Framework", "nbdebug-framework")
         self.device, f2 = _field("Device", "nbdebug-device")
         self.pid, f3 = _field("PID", "nbdebug-pid")
+        self.remote, self._remote_box = _field("Host", "nbdebug-remote")
+        if getattr(source.obj, "remote_info", None) is None:
+            self._remote_box.layout.display = "none"
         self.dump, self._dump_box = _field("Dump", "nbdebug-dump")
         self.step, f4 = _field("Step", "nbdebug-step")
         self.step_running = w.HTML("", layout=w.Layout(margin="0 12px 0 0"))
@@ -101,7 +122,8 @@ class Header:
             self._dump_box.layout.display = "none"
         else:
             f3.layout.display = "none"  # an offline panel shows the dump, not this kernel's PID
-        self.widget = w.HBox([f1, f2, f3, self._dump_box, f4, f5, f6, self._ls_box, self.reason, self.failure],
+        self.widget = w.HBox([f1, f2, self._remote_box, f3, self._dump_box, f4, f5, f6, self._ls_box, self.reason,
+                              self.failure],
                              layout=w.Layout(flex_flow="row wrap", align_items="center"))
         self.widget.add_class("nbdebug-header")
         self.refresh()
@@ -114,6 +136,9 @@ class Header:
         _set(self.device, html.escape(str(getattr(s, "device", "?"))))
         if src.live:
             _set(self.pid, str(getattr(s, "pid", "?")))
+            info = getattr(src.obj, "remote_info", None)
+            if info is not None:
+                _set(self.remote, html.escape(remote_text(info)))
         else:
             _set(self.dump, dump_text(src))
         shown = src.step

@@ -65,10 +65,13 @@ class Calls:
         input (an in-place activation): copy retained references before it runs."""
         calls = self._module_calls.setdefault(key, [])
         n = len(calls)
-        base = module_base(self.module_prefix, path, cls)
+        names = self._module_names.get(key)
+        if names is None:
+            names = self._module_names[key] = (module_base(self.module_prefix, path, cls), parent_scope(path))
+        base = names[0]
         name = f"{base}.forward.{n}"
         calls.append(name)
-        node = self.session.node(name, kind="module", op_type=cls, scope=parent_scope(path), stack=self.stack,
+        node = self.session.node(name, kind="module", op_type=cls, scope=names[1], stack=self.stack,
                                  pair=f"{base}.backward.{n}")
         for slot, t in self.arguments(args, kwargs):
             seen = self.slot(node, slot, t, as_input=leaf)

@@ -24,7 +24,7 @@ from typing import Any
 from ...session.session import Session
 from .calls import Calls
 from .recording import Recording
-from .records import arguments, outputs, user_stack
+from .records import flatteners, user_stack
 
 LEVELS = ("L0", "L1", "mix")
 
@@ -53,9 +53,7 @@ class Capture(Recording, Calls):
         self.auto_step = True
         self.section = "forward"
         self.stack = functools.partial(user_stack, self.framework_dir)
-        tt = ops.tensor_type
-        self.arguments = functools.partial(arguments, tensor_type=tt)
-        self.outputs = functools.partial(outputs, tensor_type=tt)
+        _flatten, self.outputs, self.arguments = flatteners(ops.tensor_type)
         self.version = ops.version  # the hot path's two calls into the framework, bound once
         self.measure = ops.measure
         self._scope: list[str] = []
@@ -65,6 +63,7 @@ class Capture(Recording, Calls):
         self._param_info: dict[int, tuple[Any, str, str, str]] = {}
         #: id(buffer) -> (weak reference, qualified name): ``Constant`` nodes
         self._buffer_info: dict[int, tuple[Any, str]] = {}
+        self._module_names: dict[int, tuple[str, str]] = {}  # module key -> (node name base, parent scope)
         self.new_step_state()
 
     def new_step_state(self) -> None:

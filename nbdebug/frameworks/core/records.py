@@ -5,16 +5,17 @@ version counter): its statistics row, metadata (``dtype`` None while the framewo
 retention handle offered for it and the node slot that produced it. The flatteners name a call's
 tensors as msProbe does (``input.0``, ``input.1.0``, ``output.0`` ...).
 
->>> list(flatten(("a", ["b", "c"]), "input", str))
+>>> flatten, outputs, arguments = flatteners(str)
+>>> list(flatten(("a", ["b", "c"]), "input"))
 [('input.0', 'a'), ('input.1.0', 'b'), ('input.1.1', 'c')]
->>> list(outputs("t", tensor_type=str))
+>>> list(outputs("t"))
 [('output.0', 't')]
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ...session.store import NotRetainedError
@@ -54,43 +55,48 @@ class Size:
         raise NotRetainedError("not retained")
 
 
-def flatten(obj: Any, prefix: str, tensor_type: Any) -> Iterator[tuple[str, Any]]:
-    """Flatten args/outputs into msProbe data names (``input.0``, ``output.1.0`` ...)."""
-    if isinstance(obj, tensor_type):
-        yield prefix, obj
-    elif isinstance(obj, (list, tuple)):
-        for i, item in enumerate(obj):
-            yield from flatten(item, f"{prefix}.{i}", tensor_type)
-    elif isinstance(obj, dict):
-        for k, item in obj.items():
-            yield from flatten(item, f"{prefix}.{k}", tensor_type)
+def flatteners(tensor_type: Any) -> tuple[Callable[..., Any], ...]:
+    """``(flatten, outputs, arguments)`` for one framework's tensor type (closures: no per-call binding).
 
+    ``flatten(obj, prefix)`` names nested tensors (``input.1.0``); ``outputs(obj, prefix="output")``: a lone
+    tensor is ``output.0``; ``arguments(args, kwargs)``: positional ``input.{i}``, keyword ``input.{name}``.
+    ``outputs`` and ``arguments`` return lists, built without generators for the common flat case (the
+    per-op hot path)."""
 
-def outputs(obj: Any, prefix: str = "output", *, tensor_type: Any) -> list[tuple[str, Any]]:
-    """Outputs are a list in msProbe's data names: a lone tensor is ``output.0``."""
-    if isinstance(obj, tensor_type):  # the common case, without the generators (the hot path)
-        return [(f"{prefix}.0", obj)]
-    return list(flatten(obj, prefix, tensor_type))
+    def flatten(obj: Any, prefix: str) -> Iterator[tuple[str, Any]]:
+        if isinstance(obj, tensor_type):
+            yield prefix, obj
+        elif isinstance(obj, (list, tuple)):
+            for i, item in enumerate(obj):
+                yield from flatten(item, f"{prefix}.{i}")
+        elif isinstance(obj, dict):
+            for k, item in obj.items():
+                yield from flatten(item, f"{prefix}.{k}")
+
+    def outputs(obj: Any, prefix: str = "output") -> list[tuple[str, Any]]:
+        if isinstance(obj, tensor_type):
+            return [(f"{prefix}.0", obj)]
+        return list(flatten(obj, prefix))
+
+    def arguments(args: tuple, kwargs: dict | None = None) -> list[tuple[str, Any]]:
+        out = []
+        for i, a in enumerate(args):
+            if isinstance(a, tensor_type):
+                out.append((f"input.{i}", a))
+            elif isinstance(a, _NESTED):
+                out.extend(flatten(a, f"input.{i}"))
+        if kwargs:
+            for k, v in kwargs.items():
+                if isinstance(v, tensor_type):
+                    out.append((f"input.{k}", v))
+                elif isinstance(v, _NESTED):
+                    out.extend(flatten(v, f"input.{k}"))
+        return out
+
+    return flatten, outputs, arguments
 
 
 _NESTED = (list, tuple, dict)
-
-
-def arguments(args: tuple, kwargs: dict | None, *, tensor_type: Any) -> list[tuple[str, Any]]:
-    """A call's tensors: positional ``input.{i}``, keyword ``input.{name}``."""
-    out = []
-    for i, a in enumerate(args):
-        if isinstance(a, tensor_type):
-            out.append((f"input.{i}", a))
-        elif isinstance(a, _NESTED):
-            out.extend(flatten(a, f"input.{i}", tensor_type))
-    if kwargs:
-        for k, v in kwargs.items():
-            if isinstance(v, tensor_type):
-                out.append((f"input.{k}", v))
-            elif isinstance(v, _NESTED):
-                out.extend(flatten(v, f"input.{k}", tensor_type))
-    return out
 
 
 def user_stack(framework_dir: str, limit: int = 8) -> list[str]:

@@ -11,6 +11,7 @@ may have changed in between); a trainable one is measured again after the optimi
 >>> import mindspore as ms, numpy as np
 >>> p = ms.Parameter(ms.Tensor(np.zeros(2, np.float32)), name="p", requires_grad=False)
 >>> o = MindSporeOps()
+>>> o.mutable.add(id(p))
 >>> o.version(p) != o.version(p)
 True
 """
@@ -64,9 +65,13 @@ class MindSporeOps:
     tensor_type = TensorBase
     has_versions = False
 
-    @staticmethod
-    def version(t: Any) -> int:
-        if isinstance(t, Parameter) and not t.requires_grad:
+    def __init__(self) -> None:
+        #: ids of the model's non-trainable Parameters (filled in at attach; reading ``requires_grad`` of a
+        #: Parameter waits for MindSpore's queue)
+        self.mutable: set[int] = set()
+
+    def version(self, t: Any) -> int:
+        if id(t) in self.mutable:
             return next(_FRESH)  # updated in place by ops during the step (moving statistics)
         return 0
 

@@ -292,6 +292,7 @@ class PyNativeAdapter(Capture):
         self._prims: list[tuple[Any, type]] = []
         self._hb_cache: dict[tuple[str, str], Any] = {}
         self._opt_owned: dict[int, bool] = {}
+        self._trainable: set[int] = set()  # ids of the trainable Parameters
         self._attach(model)
         # values of the step in progress are offered to the store at a flush
         session.before_read = lambda: None if self.closed else self.sync()
@@ -371,7 +372,10 @@ class PyNativeAdapter(Capture):
             self._param_info[id(p)] = (weakref.ref(p), qual, path, cls)
             self._owner_local[id(p)] = local
             if p.requires_grad:
+                self._trainable.add(id(p))
                 self._handles.append(p.register_hook(self._grad_hook(qual, path, cls, local)))
+            else:
+                self.ops.mutable.add(id(p))
             if self.retain:
                 self.session.store.offer((f"Parameter.{qual}", "output.0"),
                                          MSRef(p, copy=True, nbytes=int(p.size) * int(p.itemsize)), "initial")
@@ -467,7 +471,7 @@ class PyNativeAdapter(Capture):
         new_args = list(args)
         weights = name.startswith("Primitive.")
         for i, a in enumerate(args):
-            if _is_tensor(a) and (not isinstance(a, Parameter) or weights and a.requires_grad):
+            if _is_tensor(a) and (not isinstance(a, Parameter) or weights and id(a) in self._trainable):
                 new_args[i] = self._probed(name, scope, pair, kind, f"output.{i}", a, False)
                 changed = True
         new_kwargs = kwargs
@@ -492,6 +496,7 @@ class PyNativeAdapter(Capture):
     def new_step_state(self) -> None:
         super().new_step_state()
         self.session.raw_source = self.raw_rows
+        self._derived: dict[int, Any] = {}  # results of ops applied to a parameter: maybe views of it
         self._arrived: dict[str, int] = {}  # Primitive backward -> input gradients arrived so far
         self._grad_slots: dict[tuple[str, str], str] = {}  # (backward, output.{position}) -> its slot
 
@@ -534,6 +539,8 @@ class PyNativeAdapter(Capture):
                                      stack=self.stack, pair=bwd)
             for slot, t in self.arguments(args, kwargs):
                 self.slot(node, slot, t, as_input=True)
+            first = args[0] if args else None  # a view or cast is a method of the tensor it reads
+            from_param = first is not None and (isinstance(first, Parameter) or id(first) in self._derived)
             grad = section != "optimizer" and _grad_recording()
             if inplace:
                 grad = False
@@ -555,11 +562,18 @@ class PyNativeAdapter(Capture):
             self._depth -= 1
         self.busy = True
         try:
+            derived = self._derived
             for slot, t in self.outputs(out):
                 seen = self.slot(node, slot, t, as_input=False)
                 seen.producer = (name, slot)
+                if from_param:  # may be a view of a parameter (swapaxes, a no-op astype ...)
+                    derived[id(t)] = seen
             if grad:
                 out = self._hooked_outputs(bwd, scope, name, "op", out)
+                if from_param:  # what the caller gets are the probes: they stand for the results
+                    for _slot, t in self.outputs(out):
+                        if id(t) in self._seen:
+                            derived[id(t)] = self._seen[id(t)]
         finally:
             self.busy = False
         self.emit_node(node, (args, kwargs, out))
@@ -655,16 +669,19 @@ class PyNativeAdapter(Capture):
 
     def _copy_parameter_views(self) -> None:
         """Retained references that share memory with a parameter (a view, a no-op cast) are copied
-        before the optimizer overwrites the parameter: MindSpore would not tell afterwards."""
+        before the optimizer overwrites the parameter: MindSpore would not tell afterwards. The candidates
+        are the results of ops applied to a parameter or to such a result (called after a flush: reading
+        a pointer does not wait then)."""
+        candidates = [seen for seen in self._derived.values() if seen.handle is not None and not seen.handle.copied]
+        if not candidates:
+            return
         spans = []
         for ref, *_ in self._param_info.values():
             p = ref()
             if p is not None:
                 start = p.data_ptr()
                 spans.append((start, start + int(p.size) * int(p.itemsize)))
-        if not spans:
-            return
-        for seen in list(self._seen.values()):
+        for seen in candidates:
             h = seen.handle
             if h is None or h.copied:
                 continue

@@ -1,0 +1,227 @@
+"""The notebook's listener under many ranks: hub CPU per training step and pause latency.
+
+Simulated ranks speak the real protocol (``nbdebug.remote.protocol``): each has its own ZeroMQ socket,
+says hello with the token, and every step sends one ``step`` message as an agent does — ``--rows``
+statistics rows (a model's captured tensors at L0), their names once per connection — plus a ping a
+second; it answers ``pause_at_step`` / ``cont`` / ``terminate`` like an agent. Ranks run in
+``--workers`` processes (one loop per process drives all its ranks), stepping together every
+``--period`` seconds as ranks in a collective do.
+
+Measured in this (the notebook's) process, which only runs the listener: **hub CPU per step** (process
+CPU time over the measured steps ÷ steps: decoding, mirroring every rank's table, events) and **pause
+latency** (``listener.pause_all()`` until every rank reports ``paused``; it includes waiting for the
+step boundary, at most the period plus one step of margin) and **command latency** (one
+``request`` round trip to one rank).
+
+``--real 2 4`` measures the same with real ranks: ``torchrun --nproc-per-node N -m nbdebug.run`` on a
+small DistributedDataParallel model (gloo, CPU) — every rank a real attached Debugger.
+
+Run: ``.venv/bin/python bench/hub.py --ranks 64 256 [--rows 1000] [--steps 20] [--period 1.0]
+[--real 2 4]``; ``--out`` writes the numbers as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import socket
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def _rank_loop(address: str, token: str, ranks: list[int], world: int, rows: int, period: float,
+               stop_at: float) -> None:
+    """One worker process: the given ranks, each a DEALER socket stepping every ``period`` seconds."""
+    import numpy as np
+    import zmq
+
+    from nbdebug.remote import protocol as P
+    from nbdebug.session.graph import Graph
+    from nbdebug.session.stats import StatsTable
+
+    ctx = zmq.Context()
+    rng = np.random.default_rng(0)
+    keys = [(f"Module.layer{i // 2}.Linear.forward.0", f"output.{i % 2}") for i in range(rows)]
+    graph = Graph()
+    for name, _slot in keys:
+        graph.add_node(name, kind="module", op_type="Linear", scope=name.split(".")[1])
+    table = StatsTable.from_rows(keys, ["float32"] * rows, [(32, 256)] * rows, rng.random((rows, 10)))
+    socks, books, deltas, steps, pause_at, paused = {}, {}, {}, {}, {}, {}
+    for r in ranks:
+        s = ctx.socket(zmq.DEALER)
+        s.setsockopt(zmq.LINGER, 0)
+        s.connect(f"tcp://{address}")
+        s.send_multipart(P.encode({"type": "hello", "token": token, "pid": os.getpid() * 1000 + r,
+                                   "host": socket.gethostname(), "rank": r, "world_size": world,
+                                   "framework": "pytorch", "device": "cpu", "level": "L0", "stats_window": 8}))
+        socks[r], books[r], deltas[r], steps[r], pause_at[r], paused[r] = s, P.KeyBook(), P.GraphDelta(), 0, None, False
+    poller = zmq.Poller()
+    for s in socks.values():
+        poller.register(s, zmq.POLLIN)
+    next_step = time.monotonic() + period
+    last_ping = 0.0
+    ended: set[int] = set()
+    while time.monotonic() < stop_at:
+        for s, _ev in poller.poll(max(0, int((next_step - time.monotonic()) * 1000))):
+            r = next(k for k, v in socks.items() if v is s)
+            head, _ = P.decode(s.recv_multipart())
+            if head["type"] != "request":
+                continue
+            op, args = head["op"], head.get("args", {})
+            if op == "pause_at_step":
+                pause_at[r] = int(args["step"])
+            elif op == "cont":
+                paused[r] = False
+            elif op == "terminate":
+                ended.add(r)
+            s.send_multipart(P.encode({"type": "reply", "re": head["id"], "ok": True, "result": None}))
+            if len(ended) == len(socks):
+                stop_at = 0
+            if op == "cont":
+                s.send_multipart(P.encode({"type": "state", "state": "running", "step_index": steps[r]}))
+        now = time.monotonic()
+        if now - last_ping >= 1.0:
+            last_ping = now
+            for s in socks.values():
+                s.send_multipart(P.encode({"type": "ping"}))
+        if now < next_step:
+            continue
+        next_step += period
+        for r, s in socks.items():
+            if paused[r]:
+                continue
+            step = steps[r]
+            head, frames = P.table_header(table, books[r])
+            s.send_multipart(P.encode({"type": "step", "step": step, "table": head,
+                                       "graph": deltas[r].take(graph), "step_index": step + 1}, frames))
+            steps[r] = step + 1
+            if pause_at[r] is not None and step >= pause_at[r]:
+                pause_at[r], paused[r] = None, True
+                s.send_multipart(P.encode({"type": "state", "state": "paused", "step_index": steps[r],
+                                           "pause_reason": "paused"}))
+    for s in socks.values():
+        s.close(0)
+    ctx.term()
+
+
+DDP_SCRIPT = """\
+import sys, time, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Sequential(
+    *[m for _ in range(8) for m in (torch.nn.Linear(64, 64), torch.nn.ReLU())]))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+while True:
+    t = time.monotonic()
+    model(torch.randn(32, 64)).pow(2).mean().backward()
+    opt.step(); opt.zero_grad()
+    time.sleep(max(0.0, float(sys.argv[1]) - (time.monotonic() - t)))
+"""
+
+
+def _simulated(listener, ranks: int, rows: int, steps: int, period: float, workers: int) -> list:
+    stop_at = time.monotonic() + 60 + steps * period * 3
+    groups = [list(range(ranks))[i::workers] for i in range(workers)]
+    procs = [mp.get_context("spawn").Process(target=_rank_loop, args=(listener.address, listener.token, g, ranks,
+                                                                       rows, period, stop_at), daemon=True)
+             for g in groups if g]
+    for p in procs:
+        p.start()
+    return procs
+
+
+def _real(listener, ranks: int, period: float, tmp: Path) -> list:
+    import subprocess
+
+    script = tmp / "ddp_bench.py"
+    script.write_text(DDP_SCRIPT)
+    env = dict(os.environ, **listener.env, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    return [subprocess.Popen([torchrun, "--nproc-per-node", str(ranks), "-m", "nbdebug.run", str(script),
+                              str(period)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+
+
+def measure(ranks: int, rows: int, steps: int, period: float, workers: int, real: bool = False) -> dict:
+    import tempfile
+
+    import nbdebug
+
+    listener = nbdebug.listen(quiet=True)
+    tmp = Path(tempfile.mkdtemp())
+    procs = _real(listener, ranks, period, tmp) if real else _simulated(listener, ranks, rows, steps, period,
+                                                                        workers)
+    try:
+        listener.wait_for(ranks, 120)
+        srcs = list(listener.sources.values())
+        while min(s.step_index for s in srcs) < 3:  # warm up: names and graphs sent
+            time.sleep(0.01)
+        first = min(s.step_index for s in srcs)
+        cpu0, t0 = time.process_time(), time.monotonic()
+        while min(s.step_index for s in srcs) < first + steps:
+            time.sleep(0.005)
+        cpu = time.process_time() - cpu0
+        wall = time.monotonic() - t0
+        rtts = []
+        for _ in range(5):
+            t = time.monotonic()
+            listener.request(srcs[-1], "recheck", {})  # a no-op here: no watchpoints
+            rtts.append(time.monotonic() - t)
+        t = time.monotonic()
+        listener.pause_all()
+        while not all(str(s.state) == "paused" for s in srcs):
+            if time.monotonic() - t > 60:
+                raise TimeoutError(f"not all paused: {[str(s.state) for s in srcs]}")
+            time.sleep(0.001)
+        pause_latency = time.monotonic() - t
+        same = len({s.step_index for s in srcs}) == 1
+        listener.terminate_all()
+        rows = len(srcs[0].session.steps[max(srcs[0].session.steps)])
+        return {"ranks": ranks, "real": real, "rows": rows, "period_s": period, "steps": steps,
+                "hub_cpu_ms_per_step": 1000 * cpu / steps, "hub_cpu_share": cpu / wall,
+                "command_rtt_ms": 1000 * statistics.median(rtts), "pause_latency_s": pause_latency,
+                "all_paused_at_one_step": same}
+    finally:
+        listener.close()
+        for p in procs:
+            if real:
+                try:
+                    p.wait(30)
+                except Exception:  # noqa: BLE001
+                    p.kill()
+                continue
+            p.join(10)
+            if p.is_alive():
+                p.kill()
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--ranks", type=int, nargs="*", default=[64, 256], help="simulated ranks")
+    ap.add_argument("--rows", type=int, default=1000, help="statistics rows per rank and step")
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--period", type=float, default=1.0, help="seconds per training step")
+    ap.add_argument("--workers", type=int, default=2, help="processes simulating the ranks")
+    ap.add_argument("--real", type=int, nargs="*", default=[], help="also real torchrun jobs of these sizes")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    results = []
+    for n, real in [(n, True) for n in args.real] + [(n, False) for n in args.ranks]:
+        r = measure(n, args.rows, args.steps, args.period, args.workers, real)
+        results.append(r)
+        print(f"{n:5d} {'real' if real else 'simulated'} ranks × {r['rows']} rows: "
+              f"hub CPU {r['hub_cpu_ms_per_step']:.1f} ms/step "
+              f"({100 * r['hub_cpu_share']:.0f}% of a core), command round trip {r['command_rtt_ms']:.1f} ms, "
+              f"pause_all → all paused {r['pause_latency_s']:.2f} s (one step: {r['all_paused_at_one_step']})",
+              flush=True)
+    if args.out:
+        Path(args.out).write_text(json.dumps(results, indent=1))
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,320 @@
+"""``nbdebug.listen()``: the notebook's end of remote debugging — a ZeroMQ ROUTER socket that training
+processes connect to.
+
+>>> listener = listen(quiet=True)
+>>> listener.host, listener.port > 0, len(listener.token) >= 32
+('127.0.0.1', True, True)
+>>> sorted(listener.env)
+['NBDEBUG_CONNECT', 'NBDEBUG_TOKEN']
+>>> listener.close()
+
+Safety: it binds the loopback interface unless another ``host`` is asked for (then it warns); every
+process must present the listener's random token in its hello (compared in constant time), and a
+process that has not is answered ``refused`` and otherwise ignored; nothing received is unpickled or
+executed (``PROTOCOL.md``); inbound messages are limited in size (``tensor_budget`` plus 64 MiB).
+
+Processes are kept in :attr:`Listener.sources`, keyed by rank when the process has one (``RANK`` from
+torchrun, ``RANK_ID`` from msrun), else by ``"host:pid"``; a process that reconnects (the listener
+restarted, or the network blinked) gets its old entry back, re-synchronized. A process that says
+nothing for :data:`LOST_AFTER` seconds shows as ``disconnected``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import secrets
+import threading
+import time
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+import zmq
+
+from ..control import EventHub
+from . import protocol as P
+from .source import REQUEST_TIMEOUT, RemoteSource
+from .transport import Pump
+
+LOST_AFTER = 5.0
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+class Listener:
+    """Accepts training processes and keeps one :class:`RemoteSource` per process."""
+
+    def __init__(self, port: int = 0, host: str = "127.0.0.1", *, token: str | None = None,
+                 tensor_budget: int = 512 * 2**20) -> None:
+        if host not in LOOPBACK:
+            warnings.warn(f"nbdebug.listen: binding {host!r}, not the loopback interface: processes on other "
+                          "machines can reach this port (each still needs the token; traffic is not encrypted)",
+                          UserWarning, stacklevel=3)
+        if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port < 65536:
+            raise ValueError(f"port must be an int in 0..65535 (0: any free port), got {port!r}")
+        self.token = token or secrets.token_urlsafe(32)
+        self.tensor_budget = int(tensor_budget)
+        self.sources: dict[int | str, RemoteSource] = {}
+        self.refused: list[dict[str, Any]] = []  # hellos turned away: {reason, pid, host}
+        self.hub = EventHub()  # "state" when a process connects, reconnects, leaves
+        self._by_ident: dict[bytes, RemoteSource] = {}
+        self._pending: dict[int, list[Any]] = {}  # request id -> [event, reply header, frames]
+        self._ids = itertools.count(1)
+        self._lock = threading.RLock()
+        self._ctx = zmq.Context()
+        sock = self._ctx.socket(zmq.ROUTER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.MAXMSGSIZE, self.tensor_budget + 64 * 2**20)
+        sock.setsockopt(zmq.ROUTER_HANDOVER, 1)
+        if ":" in host:
+            sock.setsockopt(zmq.IPV6, 1)
+        where = f"[{host}]" if ":" in host else ("127.0.0.1" if host == "localhost" else host)
+        try:
+            if port:
+                sock.bind(f"tcp://{where}:{port}")
+                self.port = port
+            else:
+                self.port = sock.bind_to_random_port(f"tcp://{where}")
+        except zmq.ZMQError as e:
+            sock.close()
+            self._ctx.term()
+            raise OSError(f"nbdebug.listen: cannot bind {host}:{port}: {e}") from None
+        self.host = host
+        self.closed = False
+        self.pump = Pump(sock, self._on_message, on_tick=self._tick, name="nbdebug-listener")
+
+    # -- what to start the job with -----------------------------------------------------------------
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The environment a training process needs to attach here."""
+        return {"NBDEBUG_CONNECT": self.address, "NBDEBUG_TOKEN": self.token}
+
+    def command(self, script: str = "train.py", *args: str) -> str:
+        """The shell line that runs ``script`` attached to this listener (``python -m nbdebug.run``)."""
+        import shlex
+
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
+        return f"{env} python -m nbdebug.run {shlex.join([script, *args])}"
+
+    def instructions(self) -> str:
+        return (f"nbdebug listening on {self.address}\n"
+                f"  start the job:   {self.command('train.py')}\n"
+                f"  or in a script:  nbdebug.attach(model) with NBDEBUG_CONNECT={self.address} and "
+                f"NBDEBUG_TOKEN={self.token}\n"
+                f"  torchrun:        {' '.join(f'{k}={v}' for k, v in self.env.items())} torchrun "
+                f"--nproc-per-node N -m nbdebug.run train.py")
+
+    # -- the processes --------------------------------------------------------------------------------
+    def live(self) -> list[RemoteSource]:
+        """The processes connected now (not finished, not disconnected)."""
+        return [s for s in list(self.sources.values()) if s.connected]
+
+    def live_count(self) -> int:
+        return len(self.live())
+
+    def wait_for(self, n: int = 1, timeout: float | None = 60.0) -> dict[int | str, RemoteSource]:
+        """Wait until ``n`` processes are connected; returns :attr:`sources` (``TimeoutError`` if not)."""
+        end = None if timeout is None else time.monotonic() + timeout
+        while self.live_count() < n:
+            if end is not None and time.monotonic() >= end:
+                raise TimeoutError(f"{self.live_count()} of {n} processes connected to {self.address} within "
+                                   f"{timeout} s" + (f"; refused: {self.refused[-1]['reason']}" if self.refused
+                                                     else ""))
+            time.sleep(0.02)
+        return self.sources
+
+    @property
+    def source(self) -> RemoteSource | None:
+        """The first process (lowest rank / earliest), or None before any connected."""
+        srcs = list(self.sources.values())
+        return srcs[0] if srcs else None
+
+    # -- group control --------------------------------------------------------------------------------
+    def pause_all(self) -> int:
+        """Pause every connected process at the end of one step S, the same for all (the furthest
+        process's running step + 1: a margin for the message in flight; when a process answers that it
+        is already past S, S moves to its step for all); returns S."""
+        live = self.live()
+        if not live:
+            raise RuntimeError("no process is connected")
+        step = max(s.session.step_index for s in live) + (1 if len(live) > 1 else 0)
+        for _ in range(5):
+            replies = self.request_all(live, "pause_at_step", {"step": step})
+            running = [r["step_index"] for r, _f in replies if isinstance(r, dict) and "step_index" in r]
+            if not running or max(running) <= step:
+                break
+            step = max(running)  # a process was already past S (messages in flight): all pause later
+        return step
+
+    def cont_all(self, steps: int | None = None) -> None:
+        """Continue every connected process (``steps`` more steps each)."""
+        self.request_all([s for s in self.live() if str(s.state) == "paused"], "cont", {"steps": steps})
+
+    def terminate_all(self) -> None:
+        self.request_all(self.live(), "terminate", {})
+
+    # -- requests ---------------------------------------------------------------------------------------
+    def request(self, source: RemoteSource, op: str, args: Mapping[str, Any],
+                timeout: float = REQUEST_TIMEOUT) -> tuple[Any, list[Any]]:
+        """Send ``op(**args)`` to ``source``'s process and wait for its reply; re-raises its error."""
+        return self.request_all([source], op, args, timeout)[0]
+
+    def request_all(self, sources: list[RemoteSource], op: str, args: Mapping[str, Any],
+                    timeout: float = REQUEST_TIMEOUT) -> list[tuple[Any, list[Any]]]:
+        """The same request to several processes at once (sent together, then the replies awaited)."""
+        if op not in P.OPS:
+            raise ValueError(f"unknown operation {op!r}")
+        slots = []
+        try:
+            for src in sources:
+                rid = next(self._ids)
+                slot: list[Any] = [threading.Event(), None, [], rid, src]
+                with self._lock:
+                    self._pending[rid] = slot
+                slots.append(slot)
+                self.pump.send([src.ident, *P.encode({"type": "request", "id": rid, "op": op, "args": dict(args)})])
+            end = time.monotonic() + timeout
+            for slot in slots:
+                if not slot[0].wait(max(0.0, end - time.monotonic())):
+                    raise TimeoutError(f"{op}: process {slot[4].key} did not answer within {timeout:g} s")
+        finally:
+            with self._lock:
+                for slot in slots:
+                    self._pending.pop(slot[3], None)
+        out = []
+        for slot in slots:
+            head = slot[1]
+            if not head.get("ok"):
+                P.raise_error(head.get("error") or {})
+            out.append((head.get("result"), slot[2]))
+        return out
+
+    # -- the listener thread ----------------------------------------------------------------------------
+    def _on_message(self, parts: list[Any]) -> None:
+        ident, body = bytes(parts[0]), parts[1:]
+        try:
+            head, frames = P.decode(body)
+        except P.ProtocolError as e:
+            if ident not in self._by_ident:
+                self._refuse(ident, f"malformed hello: {e}", {})
+            return
+        src = self._by_ident.get(ident)
+        if head["type"] == "hello":
+            self._hello(ident, head)
+            return
+        if src is None:
+            return  # not authenticated: ignored
+        src.last_heard = time.monotonic()
+        kind = head["type"]
+        if kind == "ping":
+            self.pump.send_now([ident, *P.encode({"type": "pong"})])
+            if not src.connected:
+                src.connected = True
+                src.hub.emit("state", src.state)
+        elif kind == "reply":
+            with self._lock:
+                slot = self._pending.get(head.get("re"))
+            if slot is not None:
+                slot[1], slot[2] = head, frames
+                slot[0].set()
+        elif kind in P.AGENT_TYPES:
+            src.apply(head, frames)
+            if kind == "bye":
+                self._by_ident.pop(ident, None)
+                self.hub.emit("state", "bye")
+
+    def _refuse(self, ident: bytes, reason: str, head: Mapping[str, Any]) -> None:
+        self.refused.append({"reason": reason, "pid": head.get("pid"), "host": head.get("host")})
+        self.pump.send_now([ident, *P.encode({"type": "refused", "reason": reason})])
+
+    def _hello(self, ident: bytes, head: dict[str, Any]) -> None:
+        if not P.token_ok(head.get("token"), self.token):
+            self._refuse(ident, "wrong token", head)
+            return
+        if not isinstance(head.get("pid"), int):
+            self._refuse(ident, "hello without a pid", head)
+            return
+        rank = head.get("rank")
+        key = int(rank) if isinstance(rank, int) else f"{head.get('host')}:{head.get('pid')}"
+        src = self.sources.get(key)
+        if src is not None and (src.info.get("pid"), src.info.get("host")) == (head.get("pid"), head.get("host")):
+            for old in [i for i, s in self._by_ident.items() if s is src]:
+                del self._by_ident[old]
+            src.ident = ident
+            src.connects += 1
+        else:
+            src = RemoteSource(self, ident, head)
+            items = sorted([*self.sources.items(), (key, src)],
+                           key=lambda kv: (0, kv[0], "") if isinstance(kv[0], int) else (1, 0, str(kv[0])))
+            self.sources.clear()  # the same dict, in rank order: a Job built on it sees new processes
+            self.sources.update(items)
+        src.connected = True
+        src.last_heard = time.monotonic()
+        self._by_ident[ident] = src
+        self.pump.send_now([ident, *P.encode({"type": "welcome", "key": str(key)})])
+        announce(src)
+        self.hub.emit("state", "connected")
+
+    def _tick(self) -> None:
+        now = time.monotonic()
+        for src in list(self._by_ident.values()):
+            if src.connected and now - src.last_heard > LOST_AFTER:
+                src.connected = False
+                src.hub.emit("state", src.state)
+                self.hub.emit("state", "lost")
+
+    # -- display / lifetime ---------------------------------------------------------------------------
+    def panel(self) -> Any:
+        """The job's panel: the processes (host, PID, rank, device, step, state) and the usual panel on
+        the selected one (the first until another is chosen)."""
+        from ..ui.processes import ProcessesPanel
+
+        return ProcessesPanel(self)
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        display(self.panel())
+
+    def close(self) -> None:
+        """Stop listening (connected processes keep training and try to reconnect)."""
+        if self.closed:
+            return
+        self.closed = True
+        self.pump.close()
+        if not self.pump.thread.is_alive():  # else its socket is still open: term() would wait for it
+            self._ctx.term()
+        for src in self.sources.values():
+            if src.connected:
+                src.connected = False
+                src.hub.emit("state", src.state)
+
+    def __enter__(self) -> Listener:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<nbdebug.Listener {self.address} processes={len(self.sources)} connected={self.live_count()}>"
+
+
+def announce(src: RemoteSource) -> None:
+    """Make the JupyterLab status item and commands act on ``src`` (no-op outside a kernel)."""
+    from ..lab import announce as lab_announce
+
+    lab_announce(src)
+
+
+def listen(port: int = 0, host: str = "127.0.0.1", *, token: str | None = None,
+           tensor_budget: int = 512 * 2**20, quiet: bool = False) -> Listener:
+    """Listen for training processes (``nbdebug.attach`` / ``python -m nbdebug.run``) and print how to
+    start them; see :class:`Listener`. ``port=0`` picks a free port; ``token`` defaults to a new random
+    one (pass the old one to let a running job reconnect to a restarted listener)."""
+    listener = Listener(port, host, token=token, tensor_budget=tensor_budget)
+    if not quiet:
+        print(listener.instructions())
+    return listener
