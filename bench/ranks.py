@@ -39,6 +39,7 @@ import numpy as np
 
 from nbdebug.job import Job, StepSummary, summarize_table
 from nbdebug.session.stats import FIELDS, StatsTable
+from nbdebug.watch.reader import Reader
 from nbdebug.watch.watchpoints import WatchManager
 
 
@@ -59,8 +60,9 @@ def stats_table(tensors: int, rng: np.random.Generator, bad_from: int | None = N
     return StatsTable.from_rows(keys, ["float32"] * tensors, [(64, 64)] * tensors, values)
 
 
-class SimRank:
-    """A rank as the job sees a remote one: its summaries arrive as messages, nothing else is local."""
+class SimRank(Reader):
+    """A rank as the job sees a remote one: its summaries arrive as messages, nothing else is local (the
+    watchpoint methods are the Reader's, over an empty session)."""
 
     def __init__(self, rank: int) -> None:
         self.rank = rank
@@ -68,7 +70,6 @@ class SimRank:
         self.session = SimpleNamespace(steps={}, graph=SimpleNamespace(nodes={}), live=False, step_index=0)
         self.graph = self.session.graph
         self.watchpoints = WatchManager(self.session)
-        self.hits: list[Any] = []
 
     def receive(self, message: bytes) -> None:
         s = StepSummary.from_dict(json.loads(message))
@@ -78,7 +79,11 @@ class SimRank:
     def step_summary(self, step: int) -> StepSummary | None:
         return self.summaries.get(step)
 
-    def recheck(self) -> list:
+    @property
+    def hits(self) -> list[Any]:
+        return []
+
+    def recheck(self, step: Any = None) -> list:
         return []
 
     def stats(self, node: str, slot: str, step: Any = "current") -> Any:

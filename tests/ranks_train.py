@@ -70,7 +70,9 @@ def main(dump_dir: str, nan_rank: int, nan_step: int, steps: int, tool: str) -> 
             dbg.step()
     dbg.close()
     total = float(sum(p.detach().double().sum() for p in model.parameters()))
-    print("RESULT " + json.dumps({"rank": rank, "world": world, "param_sum": total}), flush=True)
+    # one write of the whole line: the ranks share torchrun's stdout, and print() writes the end apart
+    sys.stdout.write("RESULT " + json.dumps({"rank": rank, "world": world, "param_sum": total}) + "\n")
+    sys.stdout.flush()
     dist.barrier()
     # Everything is written (dbg.close() above). gloo's teardown at interpreter exit aborts now and then here
     # ("terminate called without an active exception", SIGABRT, also in a plain DDP script without nbdebug,

@@ -67,7 +67,9 @@ def main(dump_dir: str, nan_rank: int, nan_step: int, steps: int) -> None:
         pd.step()
     pd.close()
     total = float(sum(p.asnumpy().astype(np.float64).sum() for p in net.trainable_params()))
-    print("RESULT " + json.dumps({"rank": rank, "world": world, "param_sum": total}), flush=True)
+    # one write of the whole line: the ranks share torchrun's stdout, and print() writes the end apart
+    sys.stdout.write("RESULT " + json.dumps({"rank": rank, "world": world, "param_sum": total}) + "\n")
+    sys.stdout.flush()
 
 
 if __name__ == "__main__":

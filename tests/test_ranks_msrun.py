@@ -8,6 +8,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -30,5 +31,5 @@ def test_msrun_job(tmp_path):
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=360)
     worker_logs = "".join(open(f, errors="replace").read() for f in sorted(glob.glob(os.path.join(logs, "*.log"))))
     assert proc.returncode == 0, f"msrun failed ({proc.returncode}):\n{proc.stderr[-3000:]}\n{worker_logs[-5000:]}"
-    results = [json.loads(line.split("RESULT ", 1)[1]) for line in worker_logs.splitlines() if "RESULT " in line]
+    results = [json.loads(m) for m in re.findall(r"RESULT (\{[^{}]*\})", worker_logs)]
     check_job(dump, nproc, nan_rank, results, "Cell", "Dense")

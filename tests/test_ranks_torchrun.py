@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -29,7 +30,7 @@ def _torchrun(nproc: int, dump: str, nan_rank: int, tool: str) -> list[dict]:
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, (f"torchrun failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n"
                                   f"{proc.stderr[-5000:]}")
-    return [json.loads(line[len("RESULT "):]) for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    return [json.loads(m) for m in re.findall(r"RESULT (\{[^{}]*\})", proc.stdout)]
 
 
 @pytest.mark.parametrize("nproc,nan_rank,tool", [(2, 1, "precision"), (4, 2, "debugger")])

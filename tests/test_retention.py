@@ -97,3 +97,66 @@ def test_current_step_in_progress_is_readable_mid_step(net):
         assert dbg.step_index == 0
         st = dbg.stats("Module.fc2.Linear.forward.0", "output.0")
         np.testing.assert_allclose(st["max"], y.max().item(), rtol=1e-6)
+
+
+class _HalvingSGD(torch.optim.Optimizer):
+    """Plain SGD that halves each gradient in place first (an optimizer overwriting a captured value)."""
+
+    def __init__(self, params, lr: float = 0.1) -> None:
+        super().__init__(params, {"lr": lr})
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            for p in group["params"]:
+                p.grad.mul_(0.5)
+                p.add_(p.grad, alpha=-group["lr"])
+
+
+def _one_step(model, opt, seed=0):
+    opt.zero_grad()
+    model(torch.randn(5, 8, generator=torch.Generator().manual_seed(seed))).sum().backward()
+    opt.step()
+
+
+def test_optimizer_ops_keep_statistics_only_unless_watched():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 4))
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+    with nbdebug.Debugger(model, level="L1") as dbg:
+        _one_step(model, opt)
+        op = next(n.name for n in dbg.graph if n.section == "optimizer" and n.op_type == "lerp_")
+        st = dbg.stats(op, "output.0")  # exp_avg after the update: statistics are kept
+        assert st["count"] == 32 and st["norm"] > 0
+        with pytest.raises(NotRetainedError, match="optimizer's ops keep statistics only"):
+            dbg.tensor(op, "output.0")
+        dbg.watch("TR", nodes=op, range_start_inclusive=-1.0, range_end_inclusive=1.0, range_percentage_lt=0.0)
+        _one_step(model, opt, seed=1)
+        exp_avg = opt.state[model[0].weight]["exp_avg"]
+        value = dbg.tensor(op, "output.0")  # watched: kept, and the value its statistics describe
+        np.testing.assert_allclose(value.max(), dbg.stats(op, "output.0")["max"], rtol=1e-6)
+        np.testing.assert_array_equal(value, exp_avg.numpy())
+
+
+def test_parameter_value_survives_the_optimizer_at_L1():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 4))
+    w = model[0].weight.detach().clone().numpy()
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+    with nbdebug.Debugger(model, level="L1") as dbg:
+        _one_step(model, opt)  # F.linear takes the weight by reference first; the Parameter node copies it
+        assert not np.array_equal(model[0].weight.detach().numpy(), w)
+        np.testing.assert_array_equal(dbg.tensor("Parameter.0.weight", "output.0"), w)
+        np.testing.assert_array_equal(dbg.tensor("Functional.linear.0.forward", "input.1"), w)
+
+
+def test_value_overwritten_by_the_optimizer_names_the_op():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 4))
+    opt = _HalvingSGD(model.parameters())
+    with nbdebug.Debugger(model, level="L1") as dbg:
+        _one_step(model, opt)
+        node = "Module.0.Linear.parameters_grad.0"
+        assert dbg.stats(node, "weight")["count"] == 32  # the gradient backward produced, exact
+        with pytest.raises(NotRetainedError, match=r"modified in place by Tensor\.mul_\.\d+\.forward"):
+            dbg.tensor(node, "weight")

@@ -91,6 +91,20 @@ def test_unsupported_tensors_get_a_clear_statistic(make):
     assert buf.raw().shape == (1, 9)
 
 
+def test_rows_stay_right_when_the_buffer_grows():
+    """The native path writes at an address into the row matrix; growing it moves the matrix."""
+    buf = StatsBuffer(capacity=1)
+    tensors = [torch.randn(5 + i) for i in range(9)] + [torch.zeros(0), torch.randn(3, dtype=torch.complex64),
+                                                      torch.randn(4, 3).t()]
+    rows = [buf.add(t)[0] for t in tensors]
+    assert rows == list(range(len(tensors)))
+    raw = buf.raw()
+    for t, row in zip(tensors[:9] + tensors[11:], rows[:9] + rows[11:], strict=True):
+        np.testing.assert_allclose(raw[row, :2], [t.max().item(), t.min().item()])
+        np.testing.assert_allclose(raw[row, 2], float(t.double().sum()), rtol=1e-9)
+    assert np.isnan(raw[rows[9], 0]) and raw[rows[9], 2] == 0.0  # the empty tensor
+
+
 def test_device_path_defers_transfer_until_raw():
     buf = StatsBuffer()
     buf.fast = False

@@ -414,3 +414,17 @@ def test_details_warn_when_a_name_moved_to_another_call_site():
         panel.details.show("Functional.linear.0.forward")
         assert "nbdebug-details-moved" not in panel.details.title.value
         panel.close()
+
+
+def test_a_pause_on_hits_selects_and_reveals_the_first_hit(live):
+    """Training paused by a watchpoint: the panel selects the step's first hit (graph scopes opened on it,
+    details on it) once; the user's own selection afterwards is kept."""
+    dbg, panel, model = live
+    dbg.watch("TL", nodes=[RELU, "Functional.linear.2.forward"], max_gt=-1e30)  # fires on every step
+    dbg.run(endless(model))
+    assert settle(dbg, panel) is State.PAUSED
+    assert panel.selected == RELU, panel.selected  # relu runs before the third linear
+    assert "forward:act" in panel.graph_view.expanded and RELU in panel.details.title.value
+    panel.select("Functional.linear.0.forward")
+    panel.flush()
+    assert panel.selected == "Functional.linear.0.forward"  # the same pause is not followed again

@@ -121,19 +121,25 @@ class StepRecorder:
         self.index: dict[tuple[str, str], int] = {}
         self.by_node: dict[str, list[int]] = {}
 
-    def add(self, key: tuple[str, str], row: int, dtype: str, shape: tuple[int, ...], count: int) -> None:
+    def add(self, key: tuple[str, str], row: int, dtype: str, shape: tuple[int, ...], count: int) -> int:
+        """Record ``key``'s row; returns its index."""
         i = self.index.get(key)
         if i is not None:  # re-recorded within a step (e.g. a slot seen twice): keep the latest
             self.rows[i] = row
             self.dtypes[i], self.shapes[i], self.counts[i] = dtype, shape, count
-            return
+            return i
         n = self.index[key] = len(self.keys)
-        self.by_node.setdefault(key[0], []).append(n)
+        rows = self.by_node.get(key[0])
+        if rows is None:
+            self.by_node[key[0]] = [n]
+        else:
+            rows.append(n)
         self.keys.append(key)
         self.rows.append(row)
         self.dtypes.append(dtype)
         self.shapes.append(shape)
         self.counts.append(count)
+        return n
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -391,7 +397,16 @@ class Session:
             raise NotRetainedError(
                 f"{node} {slot}: values are kept for the current ({self.store_step}) and previous step "
                 f"only; step {idx} has statistics but no retained value")
-        arr = self.store.get(key, which)
+        try:
+            arr = self.store.get(key, which)
+        except NotRetainedError:
+            store = self.store
+            if store.reason(key, which) is None and self.graph.nodes[node].section == "optimizer":
+                raise NotRetainedError(
+                    f"{node} {slot}: not retained: the optimizer's ops keep statistics only (a copy of each "
+                    "value it overwrites in place would cost as much as its step); the parameters' values "
+                    "are the Parameter nodes'; a value watchpoint on this node keeps its values") from None
+            raise
         self._verify(key, idx, arr)
         return arr
 

@@ -57,13 +57,14 @@ class TensorStore:
         self._reasons: dict[str, dict[tuple[str, str], str]] = {"current": {}, "previous": {}, "initial": {}}
         self._bytes = {"current": 0, "previous": 0, "initial": 0}
         self._ids: dict[str, set[int]] = {"current": set(), "previous": set(), "initial": set()}
+        self._used = 0  # sum of _bytes (read on every offer: kept as a running total)
 
     @property
     def used(self) -> int:
-        return sum(self._bytes.values())
+        return self._used
 
     def fits(self, nbytes: int) -> bool:
-        return self.used + nbytes <= self.budget
+        return self._used + nbytes <= self.budget
 
     def offer(self, key: tuple[str, str], handle: Handle, which: str = "current", force: bool = False) -> bool:
         """Keep ``handle`` under ``key`` if it fits; otherwise record why not. Returns whether kept.
@@ -80,7 +81,7 @@ class TensorStore:
                                              f"output (read it there); only watched outputs are kept")
                 return False
             force = False  # an input is kept like any unwatched value: within the budget
-        if not force and not self.fits(handle.nbytes):
+        if not force and self._used + handle.nbytes > self.budget:
             self._reasons[which][key] = (
                 f"not retained: {fmt_bytes(handle.nbytes)} would exceed the memory budget of "
                 f"{fmt_bytes(self.budget)} ({fmt_bytes(self.used)} retained)"
@@ -89,6 +90,7 @@ class TensorStore:
         table[key] = handle
         ids.add(id(handle))
         self._bytes[which] += handle.nbytes
+        self._used += handle.nbytes
         return True
 
     def refuse(self, key: tuple[str, str], reason: str, which: str = "current") -> None:
@@ -98,6 +100,7 @@ class TensorStore:
         """Step boundary: current becomes previous, the old previous is released."""
         self.previous, self.current = self.current, {}
         self._reasons["previous"], self._reasons["current"] = self._reasons["current"], {}
+        self._used -= self._bytes["previous"]
         self._bytes["previous"], self._bytes["current"] = self._bytes["current"], 0
         self._ids["previous"], self._ids["current"] = self._ids["current"], set()
 
@@ -123,3 +126,4 @@ class TensorStore:
             self._reasons[which].clear()
             self._bytes[which] = 0
             self._ids[which].clear()
+        self._used = 0

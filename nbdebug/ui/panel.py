@@ -89,6 +89,7 @@ class Panel(w.VBox):
         self.source = SourceView(source)
         src = self.source
         self.selected: str | None = None
+        self._pause_seen: Any = None  # the pause last followed (_follow_pause)
         self.errors: list[str] = []
         self.header = Header(src)
         self.graph_view = GraphView(src, on_select=lambda name: self.select(name, reveal=False))
@@ -160,9 +161,30 @@ class Panel(w.VBox):
         self._sig = self._signature()
         if "header" in parts:
             self._show_failure()
+            self._follow_pause()
         if parts & {"header", "hits", "watch"}:
             self._snapshot_due = True
             self.update_snapshot()
+
+    def _follow_pause(self) -> None:
+        """When training has just paused, select and reveal where: the node it paused at, else the first
+        hit of the step it paused on (so the graph shows the badge, the details the tensor). Once per
+        pause: the user's own selection afterwards is left alone."""
+        src = self.source
+        if not src.live or src.state != "paused":
+            self._pause_seen = None
+            return
+        hits = [h for h in src.hits if h.hits]
+        key = (src.session.step_index, src.current_node, len(hits))
+        if key == getattr(self, "_pause_seen", None):
+            return
+        self._pause_seen = key
+        target = src.current_node
+        if target is None and hits:
+            last = max(h.step for h in hits)
+            target = min((h for h in hits if h.step == last), key=lambda h: h.order).node
+        if target is not None and target in src.graph.nodes:
+            self.select(target)
 
     # -- the static snapshot (a saved notebook without a kernel) ---------------------------------------
     def _ipython_display_(self, **kwargs: Any) -> None:

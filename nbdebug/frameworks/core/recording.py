@@ -6,7 +6,11 @@ op's output is this op's input) reuses its row; otherwise the framework's
 gets an origin node: a parameter, a buffer (``Constant.*``), an argument of the outermost call
 (``Input.N``) — or, when it was computed inside a module call that records no ops at this level, that
 call (slot ``internal``): an ``Input`` node there would claim the model's data as the origin of a value
-the module computed.
+the module computed. The optimizer's own state (moments, step counts) has no origin node.
+
+Retention: values are offered to the session's store as the framework's references (copies for
+parameters); the ops of the optimizer section keep statistics only, unless a value watchpoint pins
+their node (a reference to each moment the next op overwrites would need a copy per op and parameter).
 
 >>> from nbdebug.frameworks.core.records import Seen
 >>> Seen(None, 0, 3, "float32", None).row
@@ -41,43 +45,48 @@ class Recording:
             if old is not None:  # modified in place by something not captured: same producer
                 seen.producer = old.producer
             self._seen[tid] = seen
-        key = (node.name, slot)
-        rec = self.session.recorder
-        if seen.dtype is None:  # metadata settled at the next flush (resolve)
-            rec.add(key, seen.row, "", (), 0)
-            self._unresolved.append((rec.index[key], node, slot, seen.row))
+        name = node.name
+        key = (name, slot)
+        session = self.session
+        dtype = seen.dtype
+        if dtype is None:  # metadata settled at the next flush (resolve)
+            i = session.recorder.add(key, seen.row, "", (), 0)
+            self._unresolved.append((i, node, slot, seen.row))
             node.shapes.setdefault(slot, ())
         else:
-            rec.add(key, seen.row, seen.dtype, seen.shape, seen.count)
+            i = session.recorder.add(key, seen.row, dtype, seen.shape, seen.count)
             if seen.why is not None:
-                rec.unsupported[rec.index[key]] = seen.why
+                session.recorder.unsupported[i] = seen.why
             node.shapes[slot] = seen.shape
-            node.dtypes[slot] = seen.dtype
+            node.dtypes[slot] = dtype
         if self.tap is not None:
-            self._tapped.setdefault(node.name, []).append((slot, t))
+            self._tapped.setdefault(name, []).append((slot, t))
         if keep and seen.why is None:
-            pinned = node.name in self.session.pinned
-            if self.retain or pinned:  # retention (inline: the hot path)
-                store = self.session.store
+            pinned = name in session.pinned
+            # retention (inline: the hot path); the optimizer's ops keep statistics only unless watched
+            if (self.retain and node.section != "optimizer") or pinned:
+                store = session.store
                 handle = seen.handle
                 if handle is None:
                     nbytes = seen.nbytes
-                    if nbytes is not None and not pinned and not store.fits(nbytes):
+                    if nbytes is not None and not pinned and store.used + nbytes > store.budget:
                         store.offer(key, Size(nbytes))
-                        handle = None
                     else:
                         handle = seen.handle = self.ops.reference(t, seen, copy or self.retain_copy)
+                elif copy and not handle.copied:  # first kept by reference (an op's input): a parameter
+                    handle.snapshot()             # keeps the value the model used, whatever runs next
                 if handle is None:
                     pass
-                elif seen.dtype is None:  # the size is known at the flush: offered then
+                elif dtype is None:  # the size is known at the flush: offered then
                     self._offers.append((key, handle, seen.row))
                 else:
                     store.offer(key, handle, force=pinned)
         if as_input:
-            if seen.producer is None and origin:
-                seen.producer = self.origin(t)
-            if seen.producer is not None:
-                self.session.graph.add_edge(seen.producer[0], node.name, seen.producer[1], slot)
+            producer = seen.producer
+            if producer is None and origin:
+                producer = seen.producer = self.origin(t)
+            if producer is not None:
+                session.graph.add_edge(producer[0], name, producer[1], slot)
         return seen
 
     def resolve(self, meta: dict[int, tuple]) -> None:
@@ -116,8 +125,9 @@ class Recording:
             self._seen[id(new)] = seen.alias(weakref.ref(new), self.version(new))
         self._alias[id(new)] = (weakref.ref(new), weakref.ref(old))
 
-    def origin(self, t: Any) -> tuple[str, str]:
-        """The producer of a tensor nobody produced this step (see the module docstring)."""
+    def origin(self, t: Any) -> tuple[str, str] | None:
+        """The producer of a tensor nobody produced this step (see the module docstring); None for the
+        optimizer's state."""
         alias = self._alias.get(id(t))
         base = alias[1]() if alias is not None and alias[0]() is t else None
         if base is not None:  # an alias of a tensor / an unrecorded call's result: that tensor's origin
@@ -141,6 +151,8 @@ class Recording:
             inner = self.open_call()
             if inner is not None and id(t) not in self._root_args:
                 return inner, INTERNAL
+            if self.section == "optimizer":  # the optimizer's own state (moments, step counts): no origin
+                return None
             name = f"Input.{self._inputs}"
             self._inputs += 1
             node = s.node(name, kind="input", op_type="input", scope="")

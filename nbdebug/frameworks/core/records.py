@@ -55,11 +55,13 @@ class Size:
         raise NotRetainedError("not retained")
 
 
-def flatteners(tensor_type: Any) -> tuple[Callable[..., Iterator[tuple[str, Any]]], ...]:
+def flatteners(tensor_type: Any) -> tuple[Callable[..., Any], ...]:
     """``(flatten, outputs, arguments)`` for one framework's tensor type (closures: no per-call binding).
 
     ``flatten(obj, prefix)`` names nested tensors (``input.1.0``); ``outputs(obj, prefix="output")``: a lone
-    tensor is ``output.0``; ``arguments(args, kwargs)``: positional ``input.{i}``, keyword ``input.{name}``."""
+    tensor is ``output.0``; ``arguments(args, kwargs)``: positional ``input.{i}``, keyword ``input.{name}``.
+    ``outputs`` and ``arguments`` return lists, built without generators for the common flat case (the
+    per-op hot path)."""
 
     def flatten(obj: Any, prefix: str) -> Iterator[tuple[str, Any]]:
         if isinstance(obj, tensor_type):
@@ -71,17 +73,30 @@ def flatteners(tensor_type: Any) -> tuple[Callable[..., Iterator[tuple[str, Any]
             for k, item in obj.items():
                 yield from flatten(item, f"{prefix}.{k}")
 
-    def outputs(obj: Any, prefix: str = "output") -> Iterator[tuple[str, Any]]:
-        return flatten((obj,) if isinstance(obj, tensor_type) else obj, prefix)
+    def outputs(obj: Any, prefix: str = "output") -> list[tuple[str, Any]]:
+        if isinstance(obj, tensor_type):
+            return [(f"{prefix}.0", obj)]
+        return list(flatten(obj, prefix))
 
-    def arguments(args: tuple, kwargs: dict | None = None) -> Iterator[tuple[str, Any]]:
+    def arguments(args: tuple, kwargs: dict | None = None) -> list[tuple[str, Any]]:
+        out = []
         for i, a in enumerate(args):
-            yield from flatten(a, f"input.{i}")
+            if isinstance(a, tensor_type):
+                out.append((f"input.{i}", a))
+            elif isinstance(a, _NESTED):
+                out.extend(flatten(a, f"input.{i}"))
         if kwargs:
             for k, v in kwargs.items():
-                yield from flatten(v, f"input.{k}")
+                if isinstance(v, tensor_type):
+                    out.append((f"input.{k}", v))
+                elif isinstance(v, _NESTED):
+                    out.extend(flatten(v, f"input.{k}"))
+        return out
 
     return flatten, outputs, arguments
+
+
+_NESTED = (list, tuple, dict)
 
 
 def user_stack(framework_dir: str, limit: int = 8) -> list[str]:

@@ -80,6 +80,8 @@ def mutated_args(info: tuple[str, str], args: tuple, kwargs: dict) -> list[torch
     return out
 
 
+_NO_TORCH_FUNCTION = torch._C.DisableTorchFunction
+_autograd_node = torch._C._current_autograd_node  # not None while backward runs a node
 _PASS = ("", "")  # a torch call msProbe does not record: runs unrecorded, its result keeps its input's producer
 
 
@@ -214,8 +216,11 @@ class _OpMode(TorchFunctionMode):
         a = self.adapter
         if not a.capturing or a.busy or not self.armed:
             return func(*args, **kwargs)
-        info = a.api_info(func)
-        if info is None or torch._C._current_autograd_node() is not None:
+        try:
+            info = a._api_cache[func]
+        except (KeyError, TypeError):
+            info = a.api_info(func)
+        if info is None or _autograd_node() is not None:
             return func(*args, **kwargs)
         caller = sys._getframe(1)
         if a._scope and caller is not a._ok_frame:  # inside a module call, or left one by an interrupt?
@@ -272,6 +277,8 @@ class TorchAdapter(Capture):
         self._handles: list[RemovableHandle] = []
         self._step_handles: list[Any] = []
         self._api_cache: dict[Any, tuple[str, str] | None] = {}
+        #: (prefix, api) -> whether the op writes into its first argument (``add_``, ``__iadd__``)
+        self._inplace_ops: dict[tuple[str, str], bool] = {}
         self._modes: dict[int, _OpMode] = {}
         self._module_info: dict[int, tuple[str, str, bool, bool]] = {}
         self._attach(model)
@@ -420,49 +427,70 @@ class TorchAdapter(Capture):
 
     def run_op(self, info: tuple[str, str], func, args, kwargs):
         prefix, api = info
-        inplace = (api.endswith("_") and not api.endswith("__")) or api in _INPLACE_OPERATORS or "out" in kwargs
+        inplace = self._inplace_ops.get(info)
+        if inplace is None:
+            inplace = self._inplace_ops[info] = (api.endswith("_") and not api.endswith("__")) or \
+                api in _INPLACE_OPERATORS
+        inplace = inplace or "out" in kwargs
         self.busy = True
         try:
-            with torch._C.DisableTorchFunction():
+            with _NO_TORCH_FUNCTION():
                 count = self._counts.get(info, 0)
                 self._counts[info] = count + 1
-                name = f"{prefix}.{api}.{count}.forward"
+                base = f"{prefix}.{api}.{count}"
+                name = base + ".forward"
                 section = self.section
-                scope = "optimizer" if section == "optimizer" else self.scope_str()
+                scope = "optimizer" if section == "optimizer" else self._scope[-1] if self._scope else ""
                 site, self.site = (scope, self.site), None
                 node = self.session.node(name, kind="op", op_type=api, scope=scope, section=section,
-                                         stack=self.stack, pair=f"{prefix}.{api}.{count}.backward", site=site)
+                                         stack=self.stack, pair=base + ".backward", site=site)
                 slot = self.slot
                 for s, t in self.arguments(args, kwargs):
                     slot(node, s, t, as_input=True)
-                targets = [t for _, t in self.arguments(args[:1], kwargs.get("out") and {"out": kwargs["out"]})] \
-                    if inplace else []
+                if inplace:
+                    for _, t in self.arguments(args[:1], kwargs.get("out") and {"out": kwargs["out"]}):
+                        self._overwrite(t, name, section)
                 if info in _MUTATED_ARGS:
-                    targets += mutated_args(info, args, kwargs)
-                for t in targets:
-                    seen = self._seen.get(id(t))
-                    if seen is not None and seen.handle is not None:
-                        seen.handle.snapshot()
+                    for t in mutated_args(info, args, kwargs):
+                        self._overwrite(t, name, section)
         finally:
             self.busy = False
         out = func(*args, **kwargs)
         self.busy = True
         try:
-            with torch._C.DisableTorchFunction():
+            with _NO_TORCH_FUNCTION():
                 grad_fns = []
+                backward = section != "optimizer"
                 for s, t in self.outputs(out):
-                    seen = self.slot(node, s, t, as_input=False)
+                    seen = slot(node, s, t, as_input=False)
                     seen.producer = (name, s)
-                    gf = t.grad_fn
-                    if gf is not None and section != "optimizer" and gf not in grad_fns:
-                        grad_fns.append(gf)
-                for gf in grad_fns:
-                    self._step_handles.append(gf.register_hook(self._op_bwd_hook(f"{prefix}.{api}.{count}.backward",
-                                                                                 node)))
+                    if backward:
+                        gf = t.grad_fn
+                        if gf is not None and gf not in grad_fns:
+                            grad_fns.append(gf)
+                if grad_fns:
+                    hook = self._op_bwd_hook(base + ".backward", node)
+                    for gf in grad_fns:
+                        self._step_handles.append(gf.register_hook(hook))
         finally:
             self.busy = False
-        self.emit_node(node, (args, kwargs, out))
+        self.emit_node(node, (args, kwargs, out) if self.tap is not None else None)
         return out
+
+    def _overwrite(self, t: torch.Tensor, name: str, section: str) -> None:
+        """Op ``name`` is about to overwrite ``t`` in place: copy its retained value first — except in the
+        optimizer, whose in-place updates of its state and of the parameters would cost a copy per op and
+        parameter every step: there the reference stays, and reading it later raises
+        :class:`NotRetainedError` naming ``name``, unless a watchpoint needs the value (its producer is a
+        pinned node). The parameters' values the model used are ``Parameter.*`` copies either way."""
+        seen = self._seen.get(id(t))
+        handle = seen.handle if seen is not None else None
+        if handle is None:
+            return
+        if section != "optimizer" or (seen.producer is not None and seen.producer[0] in self.session.pinned):
+            handle.snapshot()
+        elif not handle.copied and handle.overwritten_by is None:
+            handle.overwritten_by = name
 
     def _op_bwd_hook(self, name: str, fwd) -> Callable:
         scope = fwd.scope
@@ -503,7 +531,7 @@ class TorchAdapter(Capture):
             try:
                 with torch._C.DisableTorchFunction():
                     node = self.module_call(id(mod), path, cls, leaf, args, kwargs,
-                                            mod.named_parameters(recurse=False), snapshot_inputs=inplace)
+                                            mod._parameters.items(), snapshot_inputs=inplace)
                     if not inplace and torch.is_grad_enabled():
                         return self._wrap_inputs(node.name, args, kwargs)
             finally:

@@ -37,17 +37,21 @@ def version_of(t: torch.Tensor) -> int:
 
 
 class TorchRef:
-    """Retention handle: a reference (checked against in-place edits) or a private copy."""
+    """Retention handle: a reference (checked against in-place edits) or a private copy.
 
-    __slots__ = ("tensor", "version", "nbytes", "copied", "__weakref__")
+    ``overwritten_by``: the op that overwrote the value in place after capture without a copy being taken
+    (named in the refusal)."""
 
-    def __init__(self, t: torch.Tensor, copy: bool) -> None:
+    __slots__ = ("tensor", "version", "nbytes", "copied", "overwritten_by", "__weakref__")
+
+    def __init__(self, t: torch.Tensor, copy: bool, version: int | None = None, nbytes: int | None = None) -> None:
         with torch._C.DisableTorchFunction():
-            self.version = version_of(t)
+            self.version = version_of(t) if version is None else version
             copy = copy or self.version < 0  # no version counter: in-place edits are invisible, keep a copy
             self.copied = copy
             self.tensor = t.detach().clone() if copy else t.detach()
-            self.nbytes = t.numel() * t.element_size()
+            self.nbytes = t.numel() * t.element_size() if nbytes is None else nbytes
+        self.overwritten_by: str | None = None
 
     def snapshot(self) -> None:
         """Take a private copy now (called before an in-place op overwrites the value)."""
@@ -60,9 +64,11 @@ class TorchRef:
         with torch._C.DisableTorchFunction():
             t = self.tensor
             if not self.copied and t._version != self.version:
+                by = f" by {self.overwritten_by}" if self.overwritten_by else ""
                 raise NotRetainedError(
-                    f"the value was modified in place after it was captured (version {self.version} -> "
-                    f"{t._version}) and no copy was kept")
+                    f"the value was modified in place{by} after it was captured (version {self.version} -> "
+                    f"{t._version}) and no copy was kept" + (
+                        " (values the optimizer overwrites are copied only for watched nodes)" if by else ""))
             if t.dtype == torch.bfloat16:
                 t = t.float()
             arr = t.cpu().numpy()
@@ -85,7 +91,7 @@ class TorchOps:
 
     @staticmethod
     def reference(t: torch.Tensor, seen: Seen, copy: bool) -> Any:
-        return TorchRef(t, copy)
+        return TorchRef(t, copy, seen.version, seen.nbytes)
 
     @staticmethod
     def quiet() -> Any:

@@ -68,6 +68,10 @@ def _device_row(t: torch.Tensor) -> torch.Tensor:
                         ninf.to(acc)])
 
 
+_STRIDED = torch.strided
+_NAMES: dict[torch.dtype, str] = {}  # dtype -> its name (``float32``), filled on first sight
+
+
 class StatsBuffer(RawRows):
     """Raw statistics rows of one step."""
 
@@ -75,26 +79,39 @@ class StatsBuffer(RawRows):
         super().__init__(capacity)
         self._pending: list[tuple[int, torch.Tensor]] = []  # rows still on a device
         self.fast = _fastats is not None
+        self._ptr = self._host.ctypes.data  # address of row 0 (moves when the matrix grows)
 
     def add(self, t: torch.Tensor) -> tuple[int, str, str | None]:
         """Queue the statistics of ``t``; returns (row, dtype name, unsupported reason or None)."""
+        dt = t.dtype
+        name = _NAMES.get(dt)
+        if name is None:
+            name = _NAMES[dt] = dtype_name(dt)
+        code = _FAST_CODES.get(dt)
+        if code is not None and t.is_cpu and t.layout is _STRIDED and self.fast:  # the common case
+            n = t.numel()
+            if n:
+                row = self._n
+                if row == self._host.shape[0]:
+                    self._next_row()
+                    self._ptr = self._host.ctypes.data
+                else:
+                    self._n = row + 1
+                if not t.is_contiguous():
+                    t = t.contiguous()
+                _fastats.reduce(t.data_ptr(), n, code, self._ptr + row * (RAW_WIDTH * 8))
+                return row, name, None
         row = self._next_row()
+        self._ptr = self._host.ctypes.data
         why = unsupported_reason(t)
         if why is not None:
             self._host[row] = _NAN_ROW
-            return row, dtype_name(t.dtype), why
-        n = t.numel()
-        if n == 0:
+            return row, name, why
+        if t.numel() == 0:
             self._host[row] = _NAN_ROW[:2] + [0.0] * 7
-            return row, dtype_name(t.dtype), None
-        code = _FAST_CODES.get(t.dtype)
-        if self.fast and code is not None and t.device.type == "cpu":
-            if not t.is_contiguous():
-                t = t.contiguous()
-            _fastats.reduce(t.data_ptr(), n, code, self._host.ctypes.data + row * RAW_WIDTH * 8)
-        else:
-            self._pending.append((row, _device_row(t)))
-        return row, dtype_name(t.dtype), None
+            return row, name, None
+        self._pending.append((row, _device_row(t)))
+        return row, name, None
 
     def raw(self) -> np.ndarray:
         """All rows so far as a host array; device rows come over in one transfer per device."""
