@@ -92,17 +92,6 @@ class SimRank(Reader):
     def tensor(self, node: str, slot: str, step: Any = "current") -> Any:
         raise KeyError(node)
 
-    def watch(self, condition: str, nodes: Any = None, **params: Any) -> Any:
-        raise NotImplementedError("a simulated rank sends summaries only")
-
-    update_watch = unwatch = watch
-
-    def recommend(self) -> list:
-        return []
-
-    def watch_recommended(self) -> list:
-        return []
-
 
 def rank_messages(ranks: int, steps: int, tensors: int, nan_rank: int, nan_step: int,
                   seed: int = 0) -> tuple[list[list[bytes]], list[float], int]:
