@@ -16,7 +16,10 @@ executed (``PROTOCOL.md``); inbound messages are limited in size (``tensor_budge
 Processes are kept in :attr:`Listener.sources`, keyed by rank when the process has one (``RANK`` from
 torchrun, ``RANK_ID`` from msrun), else by ``"host:pid"``; a process that reconnects (the listener
 restarted, or the network blinked) gets its old entry back, re-synchronized. A process that says
-nothing for :data:`LOST_AFTER` seconds shows as ``disconnected``.
+nothing for :data:`LOST_AFTER` seconds shows as ``disconnected``. :attr:`Listener.job` is the processes as
+one :class:`~nbdebug.job.Job` (ranks join it as they connect) and :meth:`Listener.panel` its panel; with
+several processes, control acts on all of them at one step boundary (``pause_all``, ``cont_all``,
+``terminate_all``, and :meth:`Listener.line_up` after one paused on a watchpoint hit).
 """
 
 from __future__ import annotations
