@@ -425,7 +425,7 @@ def test_gpt2_graph_message_is_small_and_grouped():
         size = len(json.dumps(msg, separators=(",", ":")))
         print(f"GPT-2 (6 layers) at mix: {len(msg['nodes'])} nodes, {len(msg['scopes'])} scopes, "
               f"{len(msg['edges']) // 2} edges, graph message {size / 1e3:.0f} KB of JSON")
-        assert len(msg["nodes"]) == len(dbg.graph) > 1500
+        assert len(msg["nodes"]) == len(dbg.graph) > 1200  # optimizer state (moments, step counters) has no Input node
         assert size < 1_000_000
         params = {f"optimizer:{optimizer_scope(n)}" for n, _ in model.named_parameters()}
         scopes = {r[0]: r for r in msg["scopes"]}
