@@ -87,7 +87,7 @@ def _arm(framework: str) -> None:
         if last_debugger() is None:  # the script did not attach by itself
             attach(model)
 
-    on_first_model_call("torch" if framework == "torch" else "mindspore", first)
+    on_first_model_call(framework, first)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -101,10 +101,13 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"nbdebug.run: {e}") from None
     if not os.path.isfile(script):
         raise SystemExit(f"nbdebug.run: no such script {script!r}")
-    already = [fw for fw in ("torch", "mindspore") if fw in sys.modules]
+    from ..frameworks.registry import backends
+
+    packages = [b.packages[0] for b in backends()]  # the frameworks' top-level packages, by the registry
+    already = [fw for fw in packages if fw in sys.modules]
     for fw in already:
         _arm(fw)
-    pending = tuple(fw for fw in ("torch", "mindspore") if fw not in already)
+    pending = tuple(fw for fw in packages if fw not in already)
     if pending:
         sys.meta_path.insert(0, _AfterImport(pending, _arm))
     sys.argv = [script, *args]

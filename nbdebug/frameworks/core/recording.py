@@ -173,17 +173,23 @@ class Recording:
     def emit_node(self, node: Any, call: tuple | None = None) -> None:
         """``node`` finished executing: its execution order is its completion order. ``call``:
         ``(args, kwargs, output)`` of a forward call, for the tap (dump writers)."""
-        s = self.session
         if self.tap is not None:
             self.tap(node, self._tapped.pop(node.name, []), call)
         if node.name in self._done:  # a node with several gradient slots completes once
             return
         self._done.add(node.name)
-        node.order = s.order
-        s.order += 1
-        if s.has_listeners("node"):
-            self.busy = True
-            try:
-                s.emit("node", node)
-            finally:
-                self.busy = False
+        announce(self, node)
+
+
+def announce(owner: Any, node: Any) -> None:
+    """``node`` finished executing: its execution order is its completion order; the session's ``node``
+    listeners hear of it (``owner.busy`` set meanwhile, so a pause there does not capture itself)."""
+    s = owner.session
+    node.order = s.order
+    s.order += 1
+    if s.has_listeners("node"):
+        owner.busy = True
+        try:
+            s.emit("node", node)
+        finally:
+            owner.busy = False

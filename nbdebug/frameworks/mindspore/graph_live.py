@@ -39,6 +39,7 @@ except ImportError:  # pragma: no cover - older MindSpore
     from mindspore.common.api import _pynative_executor
 
 from ...session.session import Session
+from ..core.recording import announce
 from ..native_stderr import native_stderr
 from . import graph as kd
 from .dump_files import DumpScanner, FileRemover
@@ -277,15 +278,7 @@ class GraphAdapter:
             self.end_step()
 
     def _emit_node(self, node: Any) -> None:
-        s = self.session
-        node.order = s.order
-        s.order += 1
-        if s.has_listeners("node"):
-            self.busy = True
-            try:
-                s.emit("node", node)
-            finally:
-                self.busy = False
+        announce(self, node)
 
     # -- steps ------------------------------------------------------------------------------------
     def end_step(self) -> None:

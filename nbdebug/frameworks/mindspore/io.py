@@ -28,6 +28,7 @@ import mindspore as ms
 import numpy as np
 from mindspore import mint, ops
 
+from ..core.snapshot import Snap, untap
 from ..encode import describe_plain
 
 try:
@@ -56,22 +57,6 @@ def _host(t: Any) -> np.ndarray:
     if t.dtype == ms.bfloat16:
         t = t.to(ms.float32) if hasattr(t, "to") else ops.cast(t, ms.float32)
     return t.asnumpy()
-
-
-class MSSnap:
-    """A MindSpore tensor as seen at one moment (statistics, optional host copy)."""
-
-    __slots__ = ("dtype", "shape", "requires_grad", "stats", "data", "crc_src", "data_name")
-
-    def __init__(self, dtype: str, shape: list[int], stats: tuple, data: Any, crc_src: Any) -> None:
-        self.dtype, self.shape, self.requires_grad = dtype, shape, None
-        self.stats, self.data, self.crc_src = stats, data, crc_src
-        self.data_name: str | None = None
-
-    @property
-    def nbytes(self) -> int:
-        t = self.data if self.data is not None else self.crc_src
-        return 0 if t is None else int(t.nbytes)
 
 
 def ms_tensor_stats(t: Any, precision: str = "low") -> tuple[Any, Any, Any, Any]:
@@ -116,7 +101,7 @@ class MindSporeIO:
     tensor_type = "mindspore.Tensor"
     has_requires_grad = False
     leaf_types = _LEAF_TYPES
-    snap_class = MSSnap
+    snap_class = Snap
 
     def __init__(self, adapter: Any) -> None:
         self.adapter = adapter
@@ -156,10 +141,7 @@ class MindSporeIO:
         a = self.adapter
         if a is None:
             return
-        a.tap = None
-        if "run_op" in vars(a):
-            del a.run_op
-        self._pre.clear()
+        untap(a, self._pre)
 
     def input_snap(self, node_name: str, t: Any) -> Any | None:
         hit = self._pre.get(id(t))
@@ -181,7 +163,7 @@ class MindSporeIO:
     def is_tensor(x: Any) -> bool:
         return _is_tensor(x)
 
-    def snapshot(self, t: Any, *, data: bool, crc: bool) -> MSSnap:
+    def snapshot(self, t: Any, *, data: bool, crc: bool) -> Snap:
         a = self.adapter
         busy = a.busy if a is not None else False
         if a is not None:
@@ -192,7 +174,7 @@ class MindSporeIO:
         finally:
             if a is not None:
                 a.busy = busy
-        return MSSnap(str(t.dtype), [int(s) for s in t.shape], stats, copy if data else None,
+        return Snap(str(t.dtype), [int(s) for s in t.shape], None, stats, copy if data else None,
                       copy if crc else None)
 
     def describe(self, x: Any, key: Any) -> Any:
@@ -251,11 +233,11 @@ class MindSporeIO:
 
     # -- writer thread ----------------------------------------------------------------------------
     @staticmethod
-    def stats_values(snap: MSSnap) -> list[Any]:
+    def stats_values(snap: Snap) -> list[Any]:
         return [_item(v) for v in snap.stats]
 
     @staticmethod
-    def save(snap: MSSnap, path: str) -> None:
+    def save(snap: Snap, path: str) -> None:
         tmp = f"{path}.tmp{os.getpid()}"
         with open(tmp, "wb") as f:
             np.save(f, snap.data, allow_pickle=False)
@@ -270,7 +252,7 @@ class MindSporeIO:
         return os.path.basename(path)
 
     @staticmethod
-    def crc32(snap: MSSnap) -> str | None:
+    def crc32(snap: Snap) -> str | None:
         if snap.crc_src is None:
             return None
         return f"{zlib.crc32(np.ascontiguousarray(snap.crc_src).tobytes()):08x}"

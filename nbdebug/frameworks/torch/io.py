@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..core.snapshot import Snap, untap
 from ..encode import describe_plain
 from .adapter import mutated_args
 
@@ -156,23 +157,6 @@ def _item(v: Any) -> Any:
     return v
 
 
-class TorchSnap:
-    """A tensor as seen at one moment: description, statistics (maybe still on device), optional copy."""
-
-    __slots__ = ("dtype", "shape", "requires_grad", "stats", "data", "crc_src", "data_name")
-
-    def __init__(self, dtype: str, shape: list[int], requires_grad: bool | None, stats: tuple, data: Any,
-                 crc_src: Any) -> None:
-        self.dtype, self.shape, self.requires_grad = dtype, shape, requires_grad
-        self.stats, self.data, self.crc_src = stats, data, crc_src
-        self.data_name: str | None = None
-
-    @property
-    def nbytes(self) -> int:
-        t = self.data if self.data is not None else self.crc_src
-        return 0 if t is None else t.numel() * t.element_size()
-
-
 def _copy(t: torch.Tensor) -> torch.Tensor:
     """A detached contiguous copy on the tensor's device (no host sync)."""
     with torch._C.DisableTorchFunction():
@@ -249,13 +233,10 @@ class TorchIO:
         a = self.adapter
         if a is None:
             return
-        a.tap = None
-        if "run_op" in vars(a):
-            del a.run_op
+        untap(a, self._pre)
         for h in self._handles:
             h.remove()
         self._handles = []
-        self._pre.clear()
         self._mod_pre.clear()
 
     @staticmethod
@@ -312,15 +293,15 @@ class TorchIO:
     def is_tensor(x: Any) -> bool:
         return isinstance(x, torch.Tensor)
 
-    def snapshot(self, t: torch.Tensor, *, data: bool, crc: bool) -> TorchSnap:
+    def snapshot(self, t: torch.Tensor, *, data: bool, crc: bool) -> Snap:
         """Statistics now (device-side), plus a private copy when the file or the CRC needs the value."""
         with torch._C.DisableTorchFunction():
             copy = _copy(t) if (data or crc) and t.numel() and not t.is_meta else None
-            return TorchSnap(str(t.dtype), [int(s) for s in t.shape], bool(t.requires_grad),
+            return Snap(str(t.dtype), [int(s) for s in t.shape], bool(t.requires_grad),
                              tensor_stats(t, self.precision), copy if data else None, copy if crc else None)
 
     leaf_types = _LEAF_TYPES
-    snap_class = TorchSnap
+    snap_class = Snap
 
     def describe(self, x: Any, key: Any) -> Any:
         """msProbe's JSON for a non-tensor leaf ``x``; ``key`` is its keyword / dict key or list index.
@@ -394,11 +375,11 @@ class TorchIO:
 
     # -- writer thread ----------------------------------------------------------------------------
     @staticmethod
-    def stats_values(snap: TorchSnap) -> list[Any]:
+    def stats_values(snap: Snap) -> list[Any]:
         return [_item(v) for v in snap.stats]
 
     @staticmethod
-    def save(snap: TorchSnap, path: str) -> None:
+    def save(snap: Snap, path: str) -> None:
         """``torch.save`` of the CPU copy, via a temporary file renamed into place."""
         t = snap.data
         if t.device.type != "cpu":
@@ -421,7 +402,7 @@ class TorchIO:
         return os.path.basename(path)
 
     @staticmethod
-    def crc32(snap: TorchSnap) -> str | None:
+    def crc32(snap: Snap) -> str | None:
         """CRC32 (8 hex digits) of the raw bytes, msProbe's ``md5`` field."""
         t = snap.crc_src
         if t is None:
