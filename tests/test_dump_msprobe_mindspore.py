@@ -83,9 +83,32 @@ def test_primitive_backward_entries_equal_msprobe(level, tmp_path):
     (wgrad,) = _slots(got["Primitive.matmul.MatMul.0.backward"], "output")
     assert wgrad[0] == (16, 8)
     assert np.isfinite(wgrad[4])
-    # forward entries of the Primitives both record (msProbe also records ``Shape``, which we do not)
+    # forward entries of the Primitives, ``Shape`` included (its output is plain ints)
     fwd = [k for k in got if k.startswith("Primitive.") and k.endswith(".forward")]
-    assert len(fwd) == 5
+    assert len(fwd) == 7 and "Primitive.shape_op.Shape.1.forward" in fwd
     for name in fwd:
         for key in ("input_args", "output"):
-            assert _slots(got[name], key) == _slots(want[name], key), (name, key)
+            assert _entries(got[name], key) == _entries(want[name], key), (name, key)
+
+
+def _entries(entry: dict, key: str) -> list:
+    """Tensors as (shape, dtype, Max, Min, Norm) rounded; plain values (a Shape's ints, None) as they are."""
+    return [(tuple(x["shape"]), x["dtype"], *(round(float(x[s]), 5) for s in ("Max", "Min", "Norm")))
+            if isinstance(x, dict) and "Max" in x else x for x in entry.get(key) or []]
+
+
+#: where our entries still differ from msProbe's: msProbe also records the gradient of the data operand
+#: of ``x - y`` (MindSpore's bprop computes it; nothing uses it), and writes ``[None]`` as the gradient of a
+#: Cell whose input is data (we write no slot)
+KNOWN = {("Tensor.__sub__.0.backward", "output"), ("Cell.fc1.Dense.backward.0", "output")}
+
+
+@pytest.mark.parametrize("level", ["L0", "L1", "mix"])
+def test_dump_entries_equal_msprobe(level, tmp_path):
+    """The same entries as msProbe's dump of the same step (names, hence counters), and the same slots, shapes
+    and statistics in each, but for :data:`KNOWN`."""
+    got, want = ours(level, str(tmp_path)), theirs(level)
+    assert sorted(got) == sorted(want)
+    differ = {(name, key) for name in want for key in ("input_args", "input_kwargs", "input", "output")
+              if _entries(got[name], key) != _entries(want[name], key)}
+    assert differ <= KNOWN, differ - KNOWN

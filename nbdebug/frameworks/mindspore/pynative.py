@@ -76,7 +76,7 @@ _INPLACE_DUNDER = frozenset({
 # Functions that take functions, control compilation, or only read metadata: never wrapped.
 _SKIP_FUNCS = frozenset({
     "grad", "value_and_grad", "vjp", "jvp", "vmap", "jacfwd", "jacrev", "hessian", "derivative", "jit",
-    "custom_vjp", "stop_gradient", "depend", "print_", "tensor_dump", "TensorDump", "shape", "dtype", "rank",
+    "custom_vjp", "stop_gradient", "depend", "print_", "tensor_dump", "TensorDump", "dtype", "rank",
     "size", "is_tensor", "is_nonzero", "is_floating_point", "is_complex", "numel", "typeof", "isconstant",
     "tensor_shape", "dyn_shape", "hook", "HookBackward", "get_grad", "clear_compile_cache", "no_grad",
     "enable_grad", "set_grad_enabled", "is_grad_enabled", "is_autocast_enabled", "constexpr", "primitive",
@@ -86,7 +86,7 @@ _SKIP_FUNCS = frozenset({
 })
 _INPLACE_FUNCS = frozenset({"assign", "assign_add", "assign_sub"})
 # Primitives that answer questions about a tensor rather than compute one.
-_SKIP_PRIMITIVES = frozenset({"Shape", "DType", "Rank", "Size", "TensorShape", "DynamicShape", "IsInstance",
+_SKIP_PRIMITIVES = frozenset({"DType", "Rank", "Size", "TensorShape", "DynamicShape", "IsInstance",
                               "Depend", "UpdateState", "Load", "HookBackward", "CellBackwardHook"})
 _NAMESPACES = (("Functional", ops), ("Mint", mint), ("MintFunctional", mint_functional))
 
