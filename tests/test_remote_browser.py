@@ -76,6 +76,9 @@ listener""",
     lab.page.evaluate("() => window.jupyterapp.commands.execute('nbdebug:step')")
     wait_for(lab, lambda f: f["state"] == "paused" and any(f"step {k} done" in f["reason"] for k in (step, step + 1)),
              "the step finished by the lab command")
+    # the remote process's graph is drawn in the panel (its nodes came over the wire as graph deltas)
+    lab.page.wait_for_function("""(sel) => { const e = document.querySelector(sel + ' .nbdebug-ui-graph');
+        return e && e.nbdebugGraph && e.nbdebugGraph.stats().visibleItems > 0; }""", arg=JOB, timeout=60_000)
     lab.assert_not_blank(lab.screenshot("remote-job-panel", JOB))
 
     lab.page.evaluate("() => window.jupyterapp.commands.execute('nbdebug:terminate')")
