@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from ...session.session import Session
+from ...session.session import RawRows, Session
 from ...session.store import NotRetainedError
 from ..npy_read import read_npy, read_npy_shape
 
@@ -47,7 +47,6 @@ except ImportError:  # pragma: no cover
 
 NET_NAME = "Net"
 ENV = "MINDSPORE_DUMP_CONFIG"
-RAW_WIDTH = 9
 _NAN_ROW = [float("nan")] * 5 + [0.0] * 4
 _NP_CODES = {np.dtype(np.float32): 0, np.dtype(np.float64): 1, np.dtype(np.float16): 2, np.dtype(np.int8): 4,
              np.dtype(np.uint8): 5, np.dtype(np.int16): 6, np.dtype(np.int32): 7, np.dtype(np.int64): 8,
@@ -772,23 +771,11 @@ class NpyRef:
         return arr
 
 
-class RowBuffer:
+class RowBuffer(RawRows):
     """Host rows of the step in progress (GRAPH mode computes them from files, on the host)."""
 
-    def __init__(self, capacity: int = 1024) -> None:
-        self._host = np.empty((capacity, RAW_WIDTH), dtype=np.float64)
-        self._n = 0
-
-    def __len__(self) -> int:
-        return self._n
-
     def add(self, arr: np.ndarray) -> tuple[int, str | None]:
-        if self._n == self._host.shape[0]:
-            grown = np.empty((self._host.shape[0] * 2, RAW_WIDTH), dtype=np.float64)
-            grown[: self._n] = self._host[: self._n]
-            self._host = grown
-        row = self._n
-        self._n += 1
+        row = self._next_row()
         return row, array_row(arr, self._host[row])
 
     def add_unknown(self) -> int:
