@@ -416,6 +416,13 @@ def _page(server: LabServer, browser: Any, request: pytest.FixtureRequest) -> It
 
 
 @pytest.fixture
+def built_extension() -> Path:
+    """Fail with what to run when nbdebug/labextension is missing or older than its sources (a module that
+    needs the lab extension says ``pytestmark = pytest.mark.usefixtures("built_extension")``)."""
+    return labextension_build()
+
+
+@pytest.fixture
 def lab_page(lab_server: LabServer, chromium: Any, request: pytest.FixtureRequest) -> Iterator[LabPage]:
     yield from _page(lab_server, chromium, request)
 

@@ -22,12 +22,7 @@ if TYPE_CHECKING:
 
 
 
-@pytest.fixture(autouse=True)
-def built_extension() -> Path:
-    """Fail with what to run when nbdebug/labextension is missing or older than its sources."""
-    from browser import labextension_build
-
-    return labextension_build()
+pytestmark = pytest.mark.usefixtures("built_extension")  # tests/browser.py
 
 
 REPO = Path(__file__).resolve().parents[1]

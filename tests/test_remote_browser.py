@@ -19,11 +19,7 @@ NB = ".jp-NotebookPanel:not(.lm-mod-hidden)"
 JOB = f"{NB} .nbdebug-job-panel"
 
 
-@pytest.fixture(autouse=True)
-def built_extension() -> Any:
-    from browser import labextension_build
-
-    return labextension_build()
+pytestmark = pytest.mark.usefixtures("built_extension")  # tests/browser.py
 
 
 def facts(lab: LabPage) -> dict[str, Any]:

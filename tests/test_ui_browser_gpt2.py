@@ -55,11 +55,7 @@ dbg.run(train, steps=1)
 dbg"""
 
 
-@pytest.fixture(autouse=True)
-def built_extension() -> Any:
-    from browser import labextension_build
-
-    return labextension_build()
+pytestmark = pytest.mark.usefixtures("built_extension")  # tests/browser.py
 
 
 def facts(lab: LabPage) -> dict[str, Any]:

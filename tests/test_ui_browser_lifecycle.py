@@ -42,11 +42,7 @@ dbg""",
 ]
 
 
-@pytest.fixture(autouse=True)
-def built_extension() -> Any:
-    from browser import labextension_build
-
-    return labextension_build()
+pytestmark = pytest.mark.usefixtures("built_extension")  # tests/browser.py
 
 
 def header(lab: LabPage) -> dict[str, Any]:
