@@ -64,6 +64,8 @@ class Listener:
         self.hub = EventHub()  # "state" when a process connects, reconnects, leaves
         self._job: Any = None
         self._lining_up = threading.Lock()
+        #: what went wrong in group control and was not the answer to a call (a line-up that timed out)
+        self.notice = ""
         self._by_ident: dict[bytes, RemoteSource] = {}
         self._pending: dict[int, list[Any]] = {}  # request id -> [event, reply header, frames]
         self._ids = itertools.count(1)
@@ -193,6 +195,7 @@ class Listener:
                 return None
             base = max(s.step_index - 1 for s in stopped)
             if len(stopped) == len(live) and len({s.step_index for s in live}) == 1:
+                self.notice = ""
                 return base
             late = [s.step_index for s in running if s.step_index > base]
             if late and late_since is None:
@@ -212,7 +215,19 @@ class Listener:
                 if behind:
                     self.request_all(behind, "cont", {"steps": None})
             time.sleep(0.02)
+        if not self.closed:
+            self._report_line_up(timeout)
         return None
+
+    def _report_line_up(self, timeout: float) -> None:
+        """Line-up timed out: say so (``notice``, a warning, the job panel's status line) instead of leaving
+        the processes apart without a word."""
+        where = ", ".join(f"{s.key}: {s.state} in step {s.step_index}" for s in self.live())
+        self.notice = (f"could not line the processes up at one step boundary within {timeout:.0f} s ({where}); "
+                       f"use pause all / continue all")
+        warnings.warn(f"nbdebug: {self.notice}", RuntimeWarning, stacklevel=2)
+        if self._job is not None:
+            self._job.hub.emit("state", "notice")
 
     def _paused_alone(self, src: RemoteSource) -> None:
         """``src`` paused at a step boundary on a hit: line the other processes up with it (a thread of its

@@ -228,6 +228,9 @@ class JobPanel(w.VBox):
                 self.compare_step.options = [(f"{s}", s) for s in steps]
                 self.compare_step.value = keep if keep in steps else (steps[-1] if steps else None)
             self.compare_button.disabled = not steps
+            notice = getattr(job.control, "notice", "")
+            if notice:
+                self.status.value = f"<span style='color:#9a6700'>{html.escape(notice)}</span>"
             self._update_snapshot()
         except Exception:  # noqa: BLE001 - a failing summary must not take the panel down
             self.errors.append(traceback.format_exc())
