@@ -83,3 +83,53 @@ listener""",
     lab.wait_for_output("exit 0")
     log = lab.server.log_path.read_bytes()[start:].decode(errors="replace")
     assert "Traceback" not in log, log[-3000:]
+
+
+STATUS = "#jp-main-statusbar .nbdebug-StatusItem"
+
+
+def test_status_item_sums_up_a_job_of_several_processes(lab_page: LabPage, tmp_path: Path) -> None:
+    """Two processes connected to one listener: the status item counts both (not only the last to connect),
+    its tooltip lists each, and the lab's pause and terminate commands act on both."""
+    lab = lab_page
+    outs = [tmp_path / f"run{i}" for i in range(2)]
+    for o in outs:
+        o.mkdir()
+    lab.server.write_notebook("job.ipynb", [
+        f"""\
+import nbdebug, os, subprocess, sys
+listener = nbdebug.listen(quiet=True)
+procs = [subprocess.Popen([sys.executable, {str(SCRIPT)!r}, out, "3000", "0.02"],
+                          env={{**os.environ, **listener.env}}) for out in {[str(o) for o in outs]!r}]
+listener.wait_for(2, 120)
+listener""",
+        "print('exits', [p.wait(60) for p in procs])",
+    ])
+    lab.open_notebook("job.ipynb")
+    lab.run_cell(0, timeout=180)
+
+    def item() -> dict[str, Any]:
+        return lab.page.evaluate("""(sel) => { const e = document.querySelector(sel);
+            return e ? {text: e.textContent.trim(), state: e.dataset.state, title: e.title} : null; }""", STATUS)
+
+    def until(check: Any, what: str, timeout: float = 60.0) -> dict[str, Any]:
+        import time
+
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            s = item()
+            if s and check(s):
+                return s
+            time.sleep(0.2)
+        raise AssertionError(f"{what} not seen; status item: {item()}; console errors: {lab.errors[-5:]}")
+
+    s = until(lambda s: "2 processes" in s["text"] and "2 running" in s["text"], "two running processes")
+    assert s["state"] == "running"
+    assert len([line for line in s["title"].splitlines() if ": running, step" in line]) == 2, s["title"]
+    lab.page.evaluate("() => window.jupyterapp.commands.execute('nbdebug:pause')")
+    s = until(lambda s: "2 paused" in s["text"], "both processes paused by the lab command")
+    assert s["state"] == "paused"
+    lab.screenshot("labextension-job-status", STATUS)
+    lab.page.evaluate("() => window.jupyterapp.commands.execute('nbdebug:terminate')")
+    lab.run_cell(1)
+    lab.wait_for_output("exits [0, 0]")

@@ -38,6 +38,16 @@ export interface IStatus {
   current_node: string | null;
   reason: string;
   framework: string | null;
+  /** Every process of the job when several are connected to one listener (ranks): key = rank or host:pid. */
+  processes?: IProcessStatus[];
+}
+
+/** One process of a job in the status. */
+export interface IProcessStatus {
+  key: string;
+  state: string;
+  step: number | null;
+  hits: number;
 }
 
 /** The outcome of one command: ok, or the kernel's error message. */

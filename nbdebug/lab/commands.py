@@ -80,7 +80,8 @@ def command(name: str) -> str:
 
 
 def status(dbg: Any = None) -> dict[str, Any]:
-    """What the status item shows: ``state, step, hits, current_node, reason, framework``.
+    """What the status item shows: ``state, step, hits, current_node, reason, framework``; for a process of a
+    job with several processes connected, also ``processes``: ``[{key, state, step, hits}, ...]``.
 
     ``state`` is ``"none"`` when there is no live debugger. ``step`` is the step in progress (0-based);
     ``shown_step`` the step whose data the panel shows and the hits and pause reason name (the step in
@@ -94,6 +95,15 @@ def status(dbg: Any = None) -> dict[str, Any]:
     if dbg is None or dbg.closed:
         return {"state": "none", "step": None, "shown_step": None, "hits": 0, "current_node": None, "reason": "",
                 "framework": None}
+    out = _one_status(dbg)
+    peers = getattr(dbg, "peers", None)  # the processes of a job connected to one listener
+    if peers is not None and len(peers) > 1:
+        out["processes"] = [{"key": str(p.key), **{k: v for k, v in _one_status(p).items()
+                                                  if k in ("state", "step", "hits")}} for p in peers]
+    return out
+
+
+def _one_status(dbg: Any) -> dict[str, Any]:
     idx = int(dbg.step_index)
     shown = idx if len(dbg.session.recorder) else idx - 1
     return {

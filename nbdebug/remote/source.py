@@ -77,6 +77,11 @@ class RemoteSource(Reader):
                 "world_size": self.info.get("world_size"), "device": self.session.device,
                 "step": self.session.step_index, "connected": self.connected}
 
+    @property
+    def peers(self) -> list[RemoteSource]:
+        """The processes connected to the same listener, this one included (the ranks of its job)."""
+        return list(self._listener.live())
+
     # -- the source protocol --------------------------------------------------------------------------
     @property
     def graph(self) -> Graph:
