@@ -36,6 +36,12 @@ def test_panel_header_controls_and_lab_commands_on_a_remote_process(tmp_path):
             assert "paused" in panel.header.state.value and not panel.controls.cont.disabled
 
             assert status()["state"] == "paused"  # the status item reads the remote process
+            # keep(): the glob is resolved in the process, against its graph; errors come back as raised
+            assert src.keep("Module.0.*") == {"Module.0.Linear.forward.0", "Module.0.Linear.backward.0",
+                                              "Module.0.Linear.parameters_grad.0"}
+            assert src.keep("Module.0.*", on=False) == frozenset() == src.session.kept
+            with pytest.raises(ValueError, match="matches none"):
+                src.keep("NoSuch.*")
             before = src.step_index
             command("step")  # the extension's "step": one more training step
             until(lambda: str(src.state) == "paused" and src.step_index == before + 1, 30, "one step")

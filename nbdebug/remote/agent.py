@@ -340,6 +340,9 @@ class Agent:
         self.dbg.unwatch(None if wp is None else int(wp))
         return self._watch_result(None)
 
+    def _op_keep(self, nodes: Any, on: Any = True) -> Any:
+        return {"kept": sorted(self.dbg.keep(nodes, on=bool(on)))}, []
+
     def _op_recheck(self) -> Any:
         found = self.dbg.recheck()
         with self._lock:

@@ -44,6 +44,7 @@ OPS: dict[str, tuple[str, ...]] = {
     "watch": ("condition", "nodes", "params", "target"),
     "update_watch": ("wp", "changes"),
     "unwatch": ("wp",),
+    "keep": ("nodes", "on"),
     "recheck": (),
     "cont": ("steps",),
     "pause": (),

@@ -143,6 +143,13 @@ class RemoteSource(Reader):
         result, _ = self._request("unwatch", wp=wid)
         self._apply_watch(result)
 
+    def keep(self, nodes: Any, on: bool = True) -> frozenset[str]:
+        """Keep the values of ``nodes`` in the process from their next execution on (see
+        :meth:`nbdebug.Debugger.keep`); returns every kept node."""
+        result, _ = self._request("keep", nodes=nodes, on=bool(on))
+        self.session.keep_values(frozenset(result.get("kept", ())))
+        return self.session.kept
+
     def recommend(self) -> list[tuple[str, dict[str, Any], Any]]:
         return self.watchpoints.recommend()
 

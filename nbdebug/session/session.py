@@ -165,8 +165,11 @@ class Session:
         #: the step whose values ``store.current`` holds; the store rotates lazily, when the next step
         #: records its first node, so that between steps "current" and "previous" both stay readable
         self.store_step = 0
-        #: nodes whose values watchpoints need: kept even over the memory budget
+        #: nodes whose values watchpoints need or the user asked to keep: kept even over the memory budget
         self.pinned: frozenset[str] = frozenset()
+        self._watch_pins: frozenset[str] = frozenset()
+        #: nodes whose values the user asked to keep (:meth:`keep_values`)
+        self.kept: frozenset[str] = frozenset()
         #: the finished step that "current" means when chosen with :meth:`goto` (None: the latest)
         self.current_step: int | None = None
         self.recorder = StepRecorder()
@@ -196,7 +199,14 @@ class Session:
 
     def pin(self, nodes: frozenset[str]) -> None:
         """Keep the values of ``nodes`` even over the memory budget (what value-level watchpoints need)."""
-        self.pinned = frozenset(nodes)
+        self._watch_pins = frozenset(nodes)
+        self.pinned = self._watch_pins | self.kept
+
+    def keep_values(self, nodes: frozenset[str]) -> None:
+        """Keep the values of ``nodes`` from their next execution on, whatever the budget and section (the
+        optimizer's in-place updates included), besides the watchpoints' pins."""
+        self.kept = frozenset(nodes)
+        self.pinned = self._watch_pins | self.kept
 
     # -- writing (adapters) -----------------------------------------------------------------------
     def node(self, name: str, *, kind: str, op_type: str, scope: str = "", section: str = "forward",
@@ -401,11 +411,13 @@ class Session:
             arr = self.store.get(key, which)
         except NotRetainedError:
             store = self.store
-            if store.reason(key, which) is None and self.graph.nodes[node].section == "optimizer":
+            if store.reason(key, which) is None and self.graph.nodes[node].section == "optimizer" and \
+                    node not in self.pinned:
                 raise NotRetainedError(
                     f"{node} {slot}: not retained: the optimizer's ops keep statistics only (a copy of each "
                     "value it overwrites in place would cost as much as its step); the parameters' values "
-                    "are the Parameter nodes'; a value watchpoint on this node keeps its values") from None
+                    "are the Parameter nodes'; keep(node) or a value watchpoint on it keeps its values from "
+                    "its next execution") from None
             raise
         self._verify(key, idx, arr)
         return arr

@@ -66,16 +66,18 @@ class TensorStore:
     def fits(self, nbytes: int) -> bool:
         return self._used + nbytes <= self.budget
 
-    def offer(self, key: tuple[str, str], handle: Handle, which: str = "current", force: bool = False) -> bool:
+    def offer(self, key: tuple[str, str], handle: Handle, which: str = "current", force: bool = False,
+              inputs_too: bool = False) -> bool:
         """Keep ``handle`` under ``key`` if it fits; otherwise record why not. Returns whether kept.
 
-        ``force`` keeps it regardless of the budget (values a watchpoint needs are always kept)."""
+        ``force`` keeps an output regardless of the budget (values a watchpoint needs are always kept);
+        ``inputs_too`` forces inputs and parameters as well (a node the user keeps)."""
         table = getattr(self, which)
         ids = self._ids[which]
         if id(handle) in ids:  # the same tensor under another name costs nothing more
             table[key] = handle
             return True
-        if force and key[1].startswith(("input", "parameters")):
+        if force and not inputs_too and key[1].startswith(("input", "parameters")):
             if not self.keep_unpinned:
                 self._reasons[which][key] = (f"not retained: {key[1]} of a watched node is another node's "
                                              f"output (read it there); only watched outputs are kept")

@@ -262,6 +262,13 @@ class SourceView:
     def tensor(self, node: str, slot: str, step: int | str = "current") -> np.ndarray:
         return self.obj.tensor(node, slot, step)
 
+    def keep(self, node: str) -> frozenset[str]:
+        """Keep ``node``'s values from its next execution on (live sources)."""
+        return self.obj.keep(node)
+
+    def kept(self, node: str) -> bool:
+        return node in getattr(self.obj.session, "kept", ())
+
     # -- watchpoints (every source is a Reader: watch, update_watch, unwatch, recheck, recommend...) --
     def watch(self, condition: str, nodes: Any = None, **params: Any) -> Watchpoint:
         return self.obj.watch(condition, nodes, **params)

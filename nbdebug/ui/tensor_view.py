@@ -108,6 +108,11 @@ class TensorView:
         self.slice_error.add_class("nbdebug-slice-error")
         self.error = w.HTML("")
         self.error.add_class("nbdebug-tensor-error")
+        #: shown with a "not retained" error on a live source: keep the node's values from its next execution
+        self.keep = w.Button(description="keep this node's values from its next execution",
+                             layout=w.Layout(width="auto", display="none"))
+        self.keep.add_class("nbdebug-tensor-keep")
+        self.keep.on_click(lambda _b: self._keep())
         self.heatmap = FrontendWidget(view="heatmap", height=420)
         self.heatmap.add_class("nbdebug-tensor-heatmap")
         #: the 2-D part of the tensor last sent to the heatmap (rows × columns, original values) and its message
@@ -139,7 +144,7 @@ class TensorView:
         self.widget = w.VBox([
             w.HBox([w.HTML("<b>Tensor view</b>&nbsp;"), self.title, self.close]),
             w.HBox([self.mode, self.tolerance], layout=w.Layout(flex_flow="row wrap")),
-            self.slices, self.slice_error, self.error, w.HBox([left, self._right]),
+            self.slices, self.slice_error, self.error, self.keep, w.HBox([left, self._right]),
             w.HBox([w.HTML("<b>Tensor relationships</b>&nbsp;"), self.hops]), self._relations_box,
         ], layout=w.Layout(display="none", border="1px solid #ccc", padding="4px"))
         self.widget.add_class("nbdebug-tensor-view")
@@ -172,6 +177,7 @@ class TensorView:
         if prev_err:
             errors.append(f"previous step: {prev_err}")
         self.error.value = "<br>".join(f"<small style='color:#8c6d1f'>{html.escape(e)}</small>" for e in errors)
+        self._show_keep(bool(errors))
         shape = self._shape()
         self.slices.children = [self._slice_box(i, n, t) for i, (n, t) in
                                 enumerate(zip(shape, default_selection(shape)))]  # noqa: B905
@@ -192,6 +198,23 @@ class TensorView:
         self.redraw()
         self._draw_hits()
         self._draw_relations()
+
+    def _show_keep(self, missing: bool) -> None:
+        """Offer to keep the node's values when some are not retained and training can run again."""
+        kept = self.source.kept(self.node)
+        offer = missing and self.source.live and (kept or "not retained" in " ".join(self.error_texts.values()))
+        self.keep.layout.display = "flex" if offer else "none"
+        self.keep.disabled = kept
+        self.keep.description = ("kept: its values are retained from its next execution" if kept else
+                                 "keep this node's values from its next execution")
+
+    def _keep(self) -> None:
+        try:
+            self.source.keep(self.node)
+        except Exception as e:  # noqa: BLE001 - shown to the user, not raised into the widget callback
+            self.error.value += f"<br><small style='color:#cf222e'>{html.escape(str(e))}</small>"
+            return
+        self._show_keep(True)
 
     def _resolve(self, step: int | str) -> int | None:
         """The step index that ``step`` ("current", "previous" or an int) stands for here."""

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from .nonfinite import first_nonfinite
-from .watchpoints import HitRecord, Watchpoint
+from .watchpoints import HitRecord, Watchpoint, resolve_nodes
 
 
 def hit_order(h: HitRecord) -> tuple:
@@ -103,6 +103,17 @@ class Reader:
             self.watchpoints.clear()
         else:
             self.watchpoints.delete(wp)
+
+    def keep(self, nodes: Any, on: bool = True) -> frozenset[str]:
+        """Keep the values of ``nodes`` (names or glob patterns, one or a list) from their next execution on:
+        values not retained by default — the optimizer's in-place updates, values over the memory budget —
+        become readable with :meth:`tensor`, inputs and parameters included. ``on=False`` stops keeping
+        them. A glob must match a captured node (``ValueError``); a plain name may be captured later.
+        Returns every kept node."""
+        names = resolve_nodes(self.session.graph, nodes)
+        kept = self.session.kept | names if on else self.session.kept - names
+        self.session.keep_values(frozenset(kept))
+        return self.session.kept
 
     def recommend(self) -> list[tuple[str, dict[str, Any], Any]]:
         """The recommended watchpoints for this model: (condition, parameters, target) triples."""

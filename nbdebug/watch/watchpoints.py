@@ -367,6 +367,24 @@ class WatchManager:
             return None, NO_PREVIOUS_STEP
 
 
+def resolve_nodes(graph: Any, nodes: str | Iterable[str]) -> frozenset[str]:
+    """Node names for ``nodes`` (names or glob patterns): a glob expands over the nodes captured so far; a
+    plain name is taken as is (it may be captured later). A glob matching nothing is a ``ValueError``."""
+    patterns = _patterns(nodes)
+    if patterns is None:
+        raise TypeError("nodes must be a node name, a glob pattern or a list of them, not None")
+    out: set[str] = set()
+    for p in patterns:
+        if not any(c in p for c in "*?["):
+            out.add(p)
+            continue
+        found = {n for n in graph.nodes if fnmatch.fnmatchcase(n, p)}
+        if not found:
+            raise ValueError(f"{p!r} matches none of the {len(graph.nodes)} nodes captured so far")
+        out |= found
+    return frozenset(out)
+
+
 def _patterns(nodes: str | Iterable[str] | None) -> list[str] | None:
     if nodes is None:
         return None

@@ -80,7 +80,7 @@ class Recording:
                 elif dtype is None:  # the size is known at the flush: offered then
                     self._offers.append((key, handle, seen.row))
                 else:
-                    store.offer(key, handle, force=pinned)
+                    store.offer(key, handle, force=pinned, inputs_too=pinned and name in session.kept)
         if as_input:
             producer = seen.producer
             if producer is None and origin:

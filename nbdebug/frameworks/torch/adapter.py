@@ -481,13 +481,14 @@ class TorchAdapter(Capture):
         """Op ``name`` is about to overwrite ``t`` in place: copy its retained value first — except in the
         optimizer, whose in-place updates of its state and of the parameters would cost a copy per op and
         parameter every step: there the reference stays, and reading it later raises
-        :class:`NotRetainedError` naming ``name``, unless a watchpoint needs the value (its producer is a
-        pinned node). The parameters' values the model used are ``Parameter.*`` copies either way."""
+        :class:`NotRetainedError` naming ``name``, unless a watchpoint needs the value or the user keeps it
+        (its producer or ``name`` is a pinned node). The parameters' values the model used are ``Parameter.*`` copies either way."""
         seen = self._seen.get(id(t))
         handle = seen.handle if seen is not None else None
         if handle is None:
             return
-        if section != "optimizer" or (seen.producer is not None and seen.producer[0] in self.session.pinned):
+        pinned = self.session.pinned
+        if section != "optimizer" or name in pinned or (seen.producer is not None and seen.producer[0] in pinned):
             handle.snapshot()
         elif not handle.copied and handle.overwritten_by is None:
             handle.overwritten_by = name
