@@ -20,6 +20,7 @@ import numpy as np
 
 from .control import Controller, EventHub, State
 from .features import feature
+from .frameworks.core import gc_tuning
 from .frameworks.registry import backend_for_model
 from .session.graph import Graph
 from .session.session import Session
@@ -108,6 +109,8 @@ class Debugger(Reader):
         self.session = Session(framework=self.backend.name, framework_version=version, device=device,
                                memory_budget=memory_budget, stats_window=stats_window)
         self._adapter = self.backend.adapter(model, level, self.session, retain=retain, retain_copy=retain_copy)
+        # fewer young collections while capturing (see gc_tuning); let go at close or when collected
+        self._gc_release = weakref.finalize(self, gc_tuning.hold())
         self.session.store.keep_unpinned = bool(retain)
         self.dump = None  # DumpWriter when dumping (msProbe layout); finalized before watchpoints pause
         try:
@@ -119,6 +122,7 @@ class Debugger(Reader):
                     self.dump.close()
             finally:
                 self._adapter.close()
+                self._gc_release()
                 entry = _ATTACHED.get(id(model))
                 if entry is not None and entry[1]() is self:
                     del _ATTACHED[id(model)]
@@ -370,6 +374,7 @@ class Debugger(Reader):
         if self._ls_probe is not None:
             self._ls_probe.close()
         self._adapter.close()
+        self._gc_release()
         entry = _ATTACHED.get(self._model_id)
         if entry is not None and entry[1]() is self:
             del _ATTACHED[self._model_id]
