@@ -34,16 +34,23 @@ class History:
         self._ids: dict[tuple[str, str], int] = {}
         self.steps: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # step -> (key ids, values)
         self._last_ids: np.ndarray | None = None
+        self._last_keys: list[tuple[str, str]] | None = None  # the key list ``_last_rows`` were found in
+        self._last_rows: list[int] = []
         self._pos: dict[int, dict[int, int]] = {}  # id(ids array) -> {key id: row}
 
     def __contains__(self, step: object) -> bool:
         return step in self.steps
 
     def add(self, step: int, table: StatsTable) -> None:
-        rows = [i for i, (_n, slot) in enumerate(table.keys) if not slot.startswith(("input", "parameters"))]
-        ids = np.fromiter((self._ids.setdefault(table.keys[i], len(self._ids)) for i in rows), np.int32, len(rows))
-        if self._last_ids is not None and np.array_equal(ids, self._last_ids):
-            ids = self._last_ids  # shared: the same tensors as the step before
+        if table.keys is self._last_keys:  # the same key list as the step before (shared by the session)
+            rows, ids = self._last_rows, self._last_ids
+        else:
+            rows = [i for i, (_n, slot) in enumerate(table.keys) if not slot.startswith(("input", "parameters"))]
+            ids = np.fromiter((self._ids.setdefault(table.keys[i], len(self._ids)) for i in rows), np.int32,
+                              len(rows))
+            if self._last_ids is not None and np.array_equal(ids, self._last_ids):
+                ids = self._last_ids  # shared: the same tensors as the step before
+            self._last_keys, self._last_rows = table.keys, rows
         self._last_ids = ids
         v = table.values[rows] if rows else np.zeros((0, len(FIELDS)))
         out = np.empty((len(rows), len(HISTORY_FIELDS)), dtype=np.float32)

@@ -182,6 +182,7 @@ class Session:
         #: graph file -> graph id of the kernel graphs captured (MindSpore GRAPH mode; empty otherwise)
         self.kernel_graphs: dict[str, int] = {}
         self._partial: tuple[int, StatsTable] | None = None
+        self._last_table: StatsTable | None = None  # the last finished step's (its key list is shared)
         self._listeners: dict[str, list[Callable[..., Any]]] = {}
 
     # -- events -----------------------------------------------------------------------------------
@@ -241,7 +242,7 @@ class Session:
 
     def end_step(self, raw: np.ndarray) -> StatsTable:
         """Close the step in progress with its raw stats rows; returns its table."""
-        table = self._build_table(raw)
+        table = self._build_table(raw, final=True)
         self.steps[self.step_index] = table
         self.step_index += 1
         if self.stats_window is not None:
@@ -253,14 +254,23 @@ class Session:
         self._partial = None
         return table
 
-    def _build_table(self, raw: np.ndarray) -> StatsTable:
+    def _build_table(self, raw: np.ndarray, final: bool = False) -> StatsTable:
+        """The table of the recorder's rows; ``final``: the step ends (the recorder's lists are taken over,
+        and a step with the same tensors as the last finished one shares its key list and index)."""
         rec = self.recorder
         if rec.keys:
             rows = np.asarray(rec.rows, dtype=np.intp)
             values = raw_to_fields(raw[rows], np.asarray(rec.counts, dtype=np.float64))
         else:
             values = np.zeros((0, len(FIELDS)))
-        table = StatsTable.from_rows(rec.keys, rec.dtypes, rec.shapes, values)
+        if not final:
+            table = StatsTable.from_rows(rec.keys, rec.dtypes, rec.shapes, values)
+        else:
+            last = self._last_table
+            keys, index = (last.keys, last.index) if last is not None and rec.keys == last.keys else \
+                (rec.keys, rec.index)
+            table = StatsTable.taking(keys, index, rec.dtypes, rec.shapes, values)
+            self._last_table = table
         table.unsupported = {i: why for i, why in rec.unsupported.items()}
         return table
 

@@ -92,6 +92,17 @@ class StatsTable:
         t.values = np.asarray(values, dtype=np.float64).reshape(len(t.keys), len(FIELDS))
         return t
 
+    @classmethod
+    def taking(cls, keys: list[tuple[str, str]], index: dict[tuple[str, str], int], dtypes: list[str],
+               shapes: list[tuple[int, ...]], values: np.ndarray) -> StatsTable:
+        """A table over lists it takes as they are (no copies): ``index[keys[i]] == i``; ``keys`` and
+        ``index`` may be shared with tables of other steps that hold the same tensors (never modified)."""
+        t = cls()
+        t.keys, t.index, t.dtypes = keys, index, dtypes
+        t.shapes = [s if type(s) is tuple else tuple(s) for s in shapes]
+        t.values = np.asarray(values, dtype=np.float64).reshape(len(keys), len(FIELDS))
+        return t
+
     def __len__(self) -> int:
         return len(self.keys)
 

@@ -68,21 +68,21 @@ def flatteners(tensor_type: Any) -> tuple[Callable[..., Any], ...]:
             yield prefix, obj
         elif isinstance(obj, (list, tuple)):
             for i, item in enumerate(obj):
-                yield from flatten(item, f"{prefix}.{i}")
+                yield from flatten(item, slot_name(prefix, i))
         elif isinstance(obj, dict):
             for k, item in obj.items():
                 yield from flatten(item, f"{prefix}.{k}")
 
     def outputs(obj: Any, prefix: str = "output") -> list[tuple[str, Any]]:
         if isinstance(obj, tensor_type):
-            return [(f"{prefix}.0", obj)]
+            return [(_OUTPUT0 if prefix == "output" else f"{prefix}.0", obj)]
         return list(flatten(obj, prefix))
 
     def arguments(args: tuple, kwargs: dict | None = None) -> list[tuple[str, Any]]:
         out = []
         for i, a in enumerate(args):
             if isinstance(a, tensor_type):
-                out.append((f"input.{i}", a))
+                out.append((_INPUTS[i] if i < _N_NAMED else f"input.{i}", a))
             elif isinstance(a, _NESTED):
                 out.extend(flatten(a, f"input.{i}"))
         if kwargs:
@@ -97,6 +97,23 @@ def flatteners(tensor_type: Any) -> tuple[Callable[..., Any], ...]:
 
 
 _NESTED = (list, tuple, dict)
+# the common slot names as the same string objects every step: a step's keys then compare (and hash) as
+# the last step's did, by identity
+_N_NAMED = 64
+_INPUTS = tuple(sys.intern(f"input.{i}") for i in range(_N_NAMED))
+_OUTPUT0 = sys.intern("output.0")
+_NAMES: dict[tuple[str, int], str] = {}
+
+
+def slot_name(prefix: str, i: int) -> str:
+    """``f"{prefix}.{i}"``, the same string object every time (for names seen before)."""
+    key = (prefix, i)
+    name = _NAMES.get(key)
+    if name is None:
+        name = f"{prefix}.{i}"
+        if len(_NAMES) < 100_000:
+            _NAMES[key] = name
+    return name
 
 
 def user_stack(framework_dir: str, limit: int = 8) -> list[str]:

@@ -35,6 +35,7 @@ from torch.utils.hooks import RemovableHandle
 from ...session.session import Session
 from ..core.calls import module_base, parent_scope
 from ..core.capture import LEVELS, Capture
+from ..core.records import slot_name
 from . import api_names as _names
 from .ops import TorchOps, TorchRef
 
@@ -600,10 +601,10 @@ class TorchAdapter(Capture):
         k = 0
         for _slot, t in self.outputs(output, "input"):
             if t.requires_grad and t.grad_fn is not None:
-                self._step_handles.append(t.register_hook(self._module_grad(name, scope, fwd.name, f"input.{k}", True)))
+                self._step_handles.append(t.register_hook(self._module_grad(name, scope, fwd.name, slot_name("input", k), True)))
                 k += 1
         for j, t in enumerate(self._wrapped.pop(fwd.name, None) or ()):  # the module's own input aliases
-            self._step_handles.append(t.register_hook(self._module_grad(name, scope, fwd.name, f"output.{j}", False)))
+            self._step_handles.append(t.register_hook(self._module_grad(name, scope, fwd.name, slot_name("output", j), False)))
 
     def _module_grad(self, name, scope, pair, slot, is_input) -> Callable:
         def hook(grad):
