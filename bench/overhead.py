@@ -242,6 +242,16 @@ def _import_nbdebug():
 
 
 # -- timing ----------------------------------------------------------------------------------------
+#: the clock steps are timed with: wall time, or this process's CPU time (``use_clock("cpu")``: robust when
+#: the machine is shared; with one torch thread it is the step's own work, nbdebug's included)
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+_CLOCK = [time.perf_counter]
+
+
+def use_clock(name: str) -> None:
+    _CLOCK[0] = CLOCKS[name]
+
+
 def _timed_block(wl: Workload, opt, steps: int, warmup: int, before: Callable[[], None] | None = None,
                  after: Callable[[], None] | None = None) -> float:
     """Mean ms per step over ``steps`` timed steps, after ``warmup`` untimed ones."""
@@ -255,10 +265,11 @@ def _timed_block(wl: Workload, opt, steps: int, warmup: int, before: Callable[[]
     for _ in range(warmup):
         one()
     gc.collect()
-    t0 = time.perf_counter()
+    clock = _CLOCK[0]
+    t0 = clock()
     for _ in range(steps):
         one()
-    return (time.perf_counter() - t0) * 1e3 / steps
+    return (clock() - t0) * 1e3 / steps
 
 
 def _hook_census(model: nn.Module) -> dict[str, int]:

@@ -25,6 +25,7 @@ Usage::
 
     python bench/zoo.py                          # 3 rounds, every model, with msProbe
     python bench/zoo.py --quick --no-msprobe     # smoke run
+    python bench/zoo.py --clock cpu              # CPU time per step (a machine shared with other work)
     python bench/zoo.py --models gpt2,resnet --levels mix
 """
 
@@ -50,7 +51,7 @@ import torch.nn.functional as F
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from overhead import _dir_bytes, _hook_census, _msprobe_config, _timed_block  # noqa: E402
+from overhead import _dir_bytes, _hook_census, _msprobe_config, _timed_block, use_clock  # noqa: E402
 from overhead import run_nbdebug as _run_nbdebug  # noqa: E402
 
 MODELS = ("gpt2", "gpt2_ckpt", "bert", "t5", "llama_amp", "vit", "resnet", "mobilenet")
@@ -265,6 +266,7 @@ def run_nbdebug(wl: ZooWorkload, level: str, steps: int, warmup: int, clean: dic
 def msprobe_worker(spec: dict[str, Any]) -> dict[str, Any]:
     """In a fresh process: this process's baseline first, then msProbe (which cannot be detached)."""
     torch.set_num_threads(spec["threads"])
+    use_clock(spec.get("clock", "wall"))
     wl = make_zoo_workload(spec["model"], spec["seed"])
     local = timed(wl, wl.reset(), spec["steps"], spec["warmup"])
     tmp = tempfile.mkdtemp(prefix="nbdebug_zoo_msprobe_", dir="/tmp")
@@ -313,6 +315,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-msprobe", action="store_true")
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                    help="time steps by wall clock, or by this process's CPU time (a shared machine)")
     ap.add_argument("--quick", action="store_true", help="1 round, 2 steps, 1 warm-up")
     ap.add_argument("--out", default=str(HERE / "results" / "zoo.json"))
     ap.add_argument("--_worker", help=argparse.SUPPRESS)
@@ -326,6 +330,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if args.quick:
         args.rounds, args.steps, args.warmup = 1, 2, 1
     torch.set_num_threads(args.threads)
+    use_clock(args.clock)
     models = [m for m in args.models.split(",") if m]
     levels = [lv for lv in args.levels.split(",") if lv]
     configs = ["baseline"] + [f"nbdebug-{lv}" for lv in levels] + \
@@ -345,7 +350,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                     ms = run_nbdebug(wl, cfg.split("-", 1)[1], args.steps, args.warmup, clean[m])
                 else:
                     res = run_msprobe({"model": m, "level": cfg.split("-", 1)[1], "steps": args.steps,
-                                       "warmup": args.warmup, "threads": args.threads, "seed": args.seed})
+                                       "warmup": args.warmup, "threads": args.threads, "seed": args.seed,
+                                       "clock": args.clock})
                     ms = res["ms"]
                     local.setdefault((m, cfg), []).append(res["local_baseline_ms"])
                 times.setdefault((m, cfg), []).append(ms)
