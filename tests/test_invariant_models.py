@@ -388,3 +388,29 @@ def test_value_computed_inside_a_module_comes_from_that_module_at_L0():
         assert [n.name for n in dbg.graph if n.name.startswith("Input.")] == ["Input.0"]
         assert dbg.graph.edges[("Module.0.NaNInside.forward.0", "Module.0.fc2.Linear.forward.0")] == \
             [("internal", "input.0")]
+
+
+class MakesAConstant(nn.Module):
+    """Uses a tensor it holds as a plain attribute (not a buffer): no op produced it this step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.shift = torch.full((4,), 0.5)
+
+    def forward(self, x):
+        return self.fc(x) + self.shift
+
+
+def test_an_unproduced_value_inside_a_module_sits_in_its_scope_at_L1():
+    """At L1 (module calls are no nodes) a value no recorded op produced is an ``Input`` node in the scope
+    of the module that used it — grouped there in the panel — while the model's own input stays on top."""
+    model = nn.Sequential(nn.Linear(4, 4), MakesAConstant())
+    with nbdebug.Debugger(model, level="L1") as dbg:
+        model(torch.ones(2, 4)).sum().backward()
+        dbg.step()
+        inputs = {n.name: n.scope for n in dbg.graph if n.kind == "input"}
+        assert sorted(inputs.values()) == ["", "1"], inputs
+        inner = next(name for name, scope in inputs.items() if scope == "1")
+        assert dbg.graph.edges[(inner, "Tensor.__add__.0.forward")] == [("output.0", "input.1")]
+        np.testing.assert_array_equal(dbg.tensor(inner, "output.0"), np.full(4, 0.5, dtype=np.float32))

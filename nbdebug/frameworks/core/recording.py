@@ -6,7 +6,8 @@ op's output is this op's input) reuses its row; otherwise the framework's
 gets an origin node: a parameter, a buffer (``Constant.*``), an argument of the outermost call
 (``Input.N``) — or, when it was computed inside a module call that records no ops at this level, that
 call (slot ``internal``): an ``Input`` node there would claim the model's data as the origin of a value
-the module computed. The optimizer's own state (moments, step counts) has no origin node.
+the module computed. At L1, where module calls are no nodes, such a value is an ``Input.N`` in the
+scope of the module that made it. The optimizer's own state (moments, step counts) has no origin node.
 
 Retention: values are offered to the session's store as the framework's references (copies for
 parameters); the ops of the optimizer section keep statistics only, unless a value watchpoint pins
@@ -155,7 +156,10 @@ class Recording:
                 return None
             name = f"Input.{self._inputs}"
             self._inputs += 1
-            node = s.node(name, kind="input", op_type="input", scope="")
+            # a model input sits at the top; a value made inside a module without recorded ops (at L1,
+            # where module calls are no nodes) sits in that module's scope, where the panel groups it
+            scope = "" if id(t) in self._root_args else self.scope_str()
+            node = s.node(name, kind="input", op_type="input", scope=scope)
         self.slot(node, "output.0", t, as_input=False)
         return name, "output.0"
 
