@@ -84,12 +84,16 @@ class Debugger(Reader):
     benign_nonfinite: node names or globs whose NaN/±Inf is intended (e.g. a decoding mask returned beside
         the loss): :meth:`first_nonfinite` skips them. ±Inf that the model absorbs (an attention mask before
         its softmax) needs no entry: it does not propagate, so it is not reported.
+    graph_every: MindSpore GRAPH mode only: capture every k-th run of the training graph (MindSpore's dump
+        runs for those only; the others are steps with no statistics, and watchpoints see captured steps
+        only). Default 1: every step. Fixed for the process by its first GRAPH-mode Debugger.
     """
 
     def __init__(self, model: Any, level: str = "L0", *, capture: bool = True,
                  memory_budget: int = 512 * 2**20, retain: bool = True, retain_copy: bool = False,
                  check: str = "step", dump_dir: str | None = None, task: str | None = None,
-                 config: Any = None, stats_window: int = 8, benign_nonfinite: Any = ()) -> None:
+                 config: Any = None, stats_window: int = 8, benign_nonfinite: Any = (),
+                 graph_every: int = 1) -> None:
         if check not in ("step", "node"):
             raise ValueError(f"check must be 'step' or 'node', got {check!r}")
         memory_budget = check_budget(memory_budget)
@@ -108,7 +112,8 @@ class Debugger(Reader):
         version, device = self.backend.info(model)
         self.session = Session(framework=self.backend.name, framework_version=version, device=device,
                                memory_budget=memory_budget, stats_window=stats_window)
-        self._adapter = self.backend.adapter(model, level, self.session, retain=retain, retain_copy=retain_copy)
+        self._adapter = self.backend.adapter(model, level, self.session, retain=retain, retain_copy=retain_copy,
+                                             graph_every=graph_every)
         # fewer young collections while capturing (see gc_tuning); let go at close or when collected
         self._gc_release = weakref.finalize(self, gc_tuning.hold())
         self.session.store.keep_unpinned = bool(retain)
@@ -164,7 +169,7 @@ class Debugger(Reader):
         self._ctl.at_step_end(step, hits)
 
     def _check_step(self, step: int) -> int:
-        if not self.watchpoints.watchpoints:
+        if not self.watchpoints.watchpoints or step in self.session.skipped:  # sampled out: nothing to check
             return 0
         before = {(h.watchpoint, h.node, h.slot) for h in self.watchpoints.hits if h.step == step}
         found = self.watchpoints.check(step)

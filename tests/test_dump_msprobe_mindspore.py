@@ -3,14 +3,18 @@
 msProbe runs in a subprocess (``tests/msprobe_runs.py``; on this CPU build its statistics need
 ``ops.norm`` in place of ``mint.norm``, see there). A Primitive's backward entry holds the gradients of
 its inputs in the order they arrive, a trainable Parameter's included (``Primitive.matmul.MatMul.0.backward``
-``output.0`` is the weight's gradient): ours must have the same slots, shapes and statistics.
+``output.0`` is the weight's gradient): ours must have the same slots, shapes and statistics. msProbe's own
+``msprobe compare`` of the two dumps (its MindSpore compare), each way round, pairs every row and passes it.
 """
 
 from __future__ import annotations
 
+import csv
 import glob
 import json
 import os
+import subprocess
+import sys
 
 import mindspore as ms
 import numpy as np
@@ -34,7 +38,8 @@ class PortNet(nn.Cell):  # msprobe_runs' PortNet ("port" variant)
         return self.fc2(self.act(self.fc1(x)))
 
 
-def ours(level: str, out: str) -> dict:
+def dump_ours(level: str, out: str, task: str = "statistics") -> str:
+    """Our dump of msprobe_runs' first PortNet step; returns its step folder."""
     mode = ms.get_context("mode")
     ms.set_context(mode=ms.PYNATIVE_MODE)
     try:
@@ -45,7 +50,7 @@ def ours(level: str, out: str) -> dict:
         opt = nn.SGD(net.trainable_params(), learning_rate=0.01)
         loss_fn = nn.MSELoss()
         grad_fn = ms.value_and_grad(lambda x, y: loss_fn(net(x), y), None, opt.parameters)
-        pd = nbdebug.PrecisionDebugger(dump_path=out, task="statistics", level=level)
+        pd = nbdebug.PrecisionDebugger(dump_path=out, task=task, level=level)
         pd.start(net)
         _loss, grads = grad_fn(ms.Tensor(xs[0]), ms.Tensor(ys[0]))
         opt(grads)
@@ -54,7 +59,11 @@ def ours(level: str, out: str) -> dict:
         pd.close()
     finally:
         ms.set_context(mode=mode)
-    (path,) = glob.glob(os.path.join(out, "step0", "*", "dump.json"))
+    return os.path.join(out, "step0")
+
+
+def ours(level: str, out: str) -> dict:
+    (path,) = glob.glob(os.path.join(dump_ours(level, out), "*", "dump.json"))
     with open(path) as f:
         return json.load(f)["data"]
 
@@ -97,18 +106,54 @@ def _entries(entry: dict, key: str) -> list:
             if isinstance(x, dict) and "Max" in x else x for x in entry.get(key) or []]
 
 
-#: where our entries still differ from msProbe's: msProbe also records the gradient of the data operand
-#: of ``x - y`` (MindSpore's bprop computes it; nothing uses it), and writes ``[None]`` as the gradient of a
-#: Cell whose input is data (we write no slot)
-KNOWN = {("Tensor.__sub__.0.backward", "output"), ("Cell.fc1.Dense.backward.0", "output")}
-
-
 @pytest.mark.parametrize("level", ["L0", "L1", "mix"])
 def test_dump_entries_equal_msprobe(level, tmp_path):
     """The same entries as msProbe's dump of the same step (names, hence counters), and the same slots, shapes
-    and statistics in each, but for :data:`KNOWN`."""
+    and statistics in each: ``Tensor.__sub__.0.backward`` has the gradient of the data operand ``y`` too
+    (``output.1``), and ``Cell.fc1.Dense.backward.0`` (its input is the batch) has ``output`` ``[None]``."""
     got, want = ours(level, str(tmp_path)), theirs(level)
     assert sorted(got) == sorted(want)
     differ = {(name, key) for name in want for key in ("input_args", "input_kwargs", "input", "output")
               if _entries(got[name], key) != _entries(want[name], key)}
-    assert differ <= KNOWN, differ - KNOWN
+    assert not differ, differ
+    if level != "L0":
+        sub = _entries(got["Tensor.__sub__.0.backward"], "output")
+        assert len(sub) == 2 and sub[1][2] == -sub[0][3]  # d(x - y)/dy = -d(x - y)/dx
+    if level != "L1":
+        assert got["Cell.fc1.Dense.backward.0"]["output"] == [None]
+
+
+def _msprobe_compare(target: str, golden: str, out: str) -> list[dict]:
+    """``msprobe compare -tp target -gp golden`` (its MindSpore compare: the dumps say ``framework``
+    ``mindspore``); the result rows."""
+    cli = os.path.join(os.path.dirname(sys.executable), "msprobe")
+    proc = subprocess.run([cli, "compare", "-tp", target, "-gp", golden, "-o", out], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0 and "compare ends successfully" in proc.stdout + proc.stderr, \
+        proc.stdout[-3000:] + proc.stderr[-3000:]
+    (path,) = glob.glob(os.path.join(out, "compare_result_*.csv"))
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.mark.parametrize(("task", "level"), [("statistics", "mix"), ("tensor", "L0"), ("tensor", "L1"),
+                                             ("tensor", "mix")])
+def test_msprobe_compare_of_the_two_dumps_passes(task, level, tmp_path):
+    """msProbe's own compare of its dump and ours, each way round: every row paired with the same name,
+    ``pass``, no error message; tensors identical (cosine 1, no absolute error)."""
+    mine = dump_ours(level, str(tmp_path / "ours"), task)
+    (theirs_step,) = glob.glob(os.path.join(mindspore_dump(task, level, "port"), "dump", "step0"))
+    names = []
+    for way, (target, golden) in {"theirs": (theirs_step, mine), "ours": (mine, theirs_step)}.items():
+        rows = _msprobe_compare(target, golden, str(tmp_path / way))
+        names.append({r["NPU Name"] for r in rows})
+        for r in rows:
+            assert r["Bench Name"] == r["NPU Name"], (way, r)
+            assert r["Result"] == "pass" and r["Err_message"] in ("", "[]"), (way, r)
+            if task == "tensor" and r["Cosine"] not in ("unsupported", "N/A"):
+                assert float(r["Cosine"]) == pytest.approx(1.0) and float(r["MaxAbsErr"]) == 0.0, (way, r)
+    assert names[0] == names[1]
+    if level != "L0":
+        assert "Tensor.__sub__.0.backward.output.1" in names[0]  # the label's gradient
+    if level != "L1":
+        assert "Cell.fc1.Dense.backward.0.output.0" in names[0]  # None: fc1 reads the batch

@@ -53,3 +53,6 @@ def test_graph_mode_rows_smoke():
     assert "regressor" in mod.format_rows(rows)
     # a dump setting's floor (outputs only) runs in its own process too
     assert mod.measure("regressor", "floor:outputs_only", 1, 2)["best_ms"] > 0
+    # sampled capture: 1 + 2 * 5 runs, MindSpore dumps runs 0, 5 and 10
+    sampled = mod.measure("regressor", "nbdebug:every=5", 1, 5)
+    assert (sampled["steps_recorded"], sampled["steps_captured"]) == (11, 3)

@@ -396,6 +396,8 @@ class DumpWriter:
         if not (want_in or want_out):
             return
         args, kwargs, out = call if call is not None else self._call_from_slots(tensors)
+        if kind == "mod_f":
+            self._arity[name] = self.io.module_grad_arity(args)
         if kind == "api_f":
             self._arity[name] = self.io.grad_arity(out)
             args, kwargs = self.io.as_called(name, args, kwargs or {})
@@ -456,7 +458,7 @@ class DumpWriter:
                     snap.data_name = f"{name}.{slot}{self.io.ext}"
                 slots[head][path] = snap
         rec = {"t": "e", "n": name, "k": kind, "c": self._chains[pair]}
-        self._queue.put(("bwd", (rec, slots, self._arity.get(pair) if kind == "api_b" else None, want)),
+        self._queue.put(("bwd", (rec, slots, self._arity.get(pair), want)),
                         self._bytes(slots))
 
     def _param_grad(self, node: Any, tensors: list[tuple[str, Any]]) -> None:

@@ -157,6 +157,8 @@ class Session:
         self.live = live
         self.graph = Graph()
         self.steps: dict[int, StatsTable] = {}
+        #: steps that ran but were not captured (sampled capture), with the reason
+        self.skipped: dict[int, str] = {}
         #: finished steps whose full tables are kept (None: all); older ones move to :attr:`history`
         self.stats_window = stats_window
         self.history = History()
@@ -254,6 +256,15 @@ class Session:
         self._partial = None
         return table
 
+    def skip_step(self, reason: str) -> None:
+        """Close the step in progress as one that ran but was not captured: it has no statistics table
+        (it is not in :attr:`steps`), and reading it raises :class:`StatsNotRetainedError` with ``reason``."""
+        self.skipped[self.step_index] = reason
+        self.step_index += 1
+        self.recorder = StepRecorder()
+        self.order = 0
+        self._partial = None
+
     def _build_table(self, raw: np.ndarray, final: bool = False) -> StatsTable:
         """The table of the recorder's rows; ``final``: the step ends (the recorder's lists are taken over,
         and a step with the same tensors as the last finished one shares its key list and index)."""
@@ -279,6 +290,8 @@ class Session:
         """Statistics of ``step``; the step in progress is materialized from what was captured so far."""
         if step in self.steps:
             return self.steps[step]
+        if step in self.skipped:
+            raise StatsNotRetainedError(self.skipped[step])
         if step == self.step_index:
             n = len(self.recorder)
             if self._partial is None or self._partial[0] != n:
@@ -346,6 +359,8 @@ class Session:
             cur = self.current_step
         else:
             cur = self.step_index if key in self.recorder.index else self.step_index - 1
+            while cur in self.skipped:  # "current" is the latest captured step (sampled capture)
+                cur -= 1
         return cur if step == "current" else cur - 1
 
     def stats(self, node: str, slot: str, step: int | str = "current",
@@ -356,6 +371,8 @@ class Session:
         self._check_key(node, slot)
         want = _check_fields(fields)
         idx = self._step_of(key, step)
+        if idx in self.skipped:
+            raise StatsNotRetainedError(f"{node} {slot}: {self.skipped[idx]}")
         if idx not in self.steps and idx in self.history:
             compact = self.history.get(idx, key)
             if want is not None and set(want) <= set(HISTORY_FIELDS) and compact is not None:
@@ -409,6 +426,8 @@ class Session:
             return self.store.get(key, "initial")
         self._check_key(node, slot)
         idx = self._step_of(key, step)
+        if idx in self.skipped:
+            raise NotRetainedError(f"{node} {slot}: {self.skipped[idx]}")
         if idx == self.store_step:
             which = "current"
         elif idx == self.store_step - 1:

@@ -23,6 +23,7 @@ import mindspore as ms
 from mindspore.train.callback import Callback
 
 from ...session.session import Session
+from .graph import check_every
 from .pynative import LEVELS as _PYNATIVE_LEVELS
 from .pynative import PyNativeAdapter
 
@@ -39,14 +40,18 @@ def graph_mode() -> bool:
 
 
 def MindSporeAdapter(model: Any, level: str, session: Session, *, retain: bool = True,  # noqa: N802
-                     retain_copy: bool = False) -> Any:
+                     retain_copy: bool = False, graph_every: int = 1) -> Any:
     """The capture for ``model`` in the current execution mode (see the module docstring)."""
     if level not in LEVELS:
         raise ValueError(f"unknown level {level!r}; choose one of {', '.join(LEVELS)}")
+    graph_every = check_every(graph_every)
     if graph_mode():
         from .graph_live import GraphAdapter
 
-        return GraphAdapter(model, level, session, retain=retain)
+        return GraphAdapter(model, level, session, retain=retain, graph_every=graph_every)
+    if graph_every != 1:
+        raise ValueError("graph_every samples MindSpore's GRAPH-mode kernel dump; in PyNative mode every step "
+                         "is captured (use Debugger(capture=False) and dbg.capture(...) to pick steps)")
     return PyNativeAdapter(model, level, session, retain=retain, retain_copy=retain_copy)
 
 

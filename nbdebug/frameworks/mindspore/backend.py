@@ -101,10 +101,10 @@ class MindSporeBackend(Backend):
         return mindspore_info()
 
     def adapter(self, model: Any, level: str, session: Any, *, retain: bool = True,
-                retain_copy: bool = False) -> Any:
+                retain_copy: bool = False, graph_every: int = 1) -> Any:
         from .adapter import MindSporeAdapter
 
-        return MindSporeAdapter(model, level, session, retain=retain)
+        return MindSporeAdapter(model, level, session, retain=retain, graph_every=graph_every)
 
     def model_list(self, models: list[Any]) -> Any:
         import mindspore.nn as msnn

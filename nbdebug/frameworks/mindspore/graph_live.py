@@ -116,7 +116,7 @@ class _RunPatch:
                 _forget_config()
                 adapters = list(patch.adapters)
                 for a in adapters:
-                    a.after_run()
+                    a.after_run(args[0] if args else None)
                 if not adapters:
                     _sweep()
             return out
@@ -135,14 +135,15 @@ def _quiet(compile_: Any) -> Any:
     return compile
 
 
-def arm(parse_now: bool = True) -> str:
+def arm(parse_now: bool = True, graph_every: int = 1) -> str:
     """Arm MindSpore's kernel dump for this process now (before any GRAPH-mode compile) and start
     cleaning up after graph runs; returns the dump directory. ``Debugger`` does this on attach in
     GRAPH mode; call it early when a graph may be compiled before the debugger is created.
 
     ``parse_now`` compiles a one-op graph at once so that MindSpore reads the config now; the
-    environment variable is then removed, and child processes do not inherit it."""
-    kd.arm_kernel_dump()
+    environment variable is then removed, and child processes do not inherit it. ``graph_every``: as
+    the ``Debugger`` option (MindSpore dumps every k-th run only; fixed for the process)."""
+    kd.arm_kernel_dump(graph_every)
     _RUNS.install()
     if parse_now:
         ms.jit(_one)(ms.Tensor(np.zeros(1, np.float32)))
@@ -178,12 +179,49 @@ def _sweep() -> None:
 _RUNS = _RunPatch()
 
 
+class _Sampling:
+    """Which graph runs are the model's, and why a step was not captured (``graph_every`` > 1).
+
+    MindSpore counts the runs of each graph and dumps the listed ones (:func:`~.graph.sampled_iterations`);
+    a run that dumped nothing is a skipped step when it ran a Cell holding the model's parameters (a
+    training cell around the model) or an ``ms.jit`` function (taken to be the training step)."""
+
+    def __init__(self, every: int, model: nn.Cell) -> None:
+        self.every = every
+        self.weight_ids = {id(p) for p in model.get_parameters()}
+        self._cells: dict[int, bool] = {}
+        self.skipped_run = False
+        self.last_iteration: int | None = None  # MindSpore's iteration of the last captured run
+
+    def is_model_run(self, obj: Any) -> bool:
+        if not isinstance(obj, nn.Cell):
+            return True
+        known = self._cells.get(id(obj))
+        if known is None:
+            known = self._cells[id(obj)] = any(id(p) in self.weight_ids for p in obj.get_parameters())
+        return known
+
+    def captured(self, iter_dir: str) -> None:
+        name = os.path.basename(iter_dir)
+        if name.isdigit():
+            self.last_iteration = int(name)
+
+    def reason(self, step: int) -> str:
+        k, last = self.every, (kd.SAMPLED_CAPTURES - 1) * self.every
+        why = (f"step {step} was not captured: Debugger(graph_every={k}) has MindSpore dump every {k}th run "
+               f"of the training graph only (its runs 0, {k}, {2 * k}, … {last})")
+        if self.last_iteration is not None and self.last_iteration >= last:
+            why += f"; run {last} was the last one captured (the list MindSpore scans each run is kept short)"
+        return why
+
+
 class GraphAdapter:
     """Attaches to one ``mindspore.nn.Cell`` trained in GRAPH mode and feeds a :class:`Session`."""
 
     framework = "mindspore"
 
-    def __init__(self, model: nn.Cell, level: str, session: Session, *, retain: bool = True) -> None:
+    def __init__(self, model: nn.Cell, level: str, session: Session, *, retain: bool = True,
+                 graph_every: int = 1) -> None:
         self.level = level
         self.session = session
         self.model_ref = weakref.ref(model)
@@ -198,9 +236,12 @@ class GraphAdapter:
         #: (the parameters are already updated) and unwinds at the step end
         self.section = "forward"
         self._lock = threading.RLock()
-        self.root = kd.arm_kernel_dump()
+        self.root = kd.arm_kernel_dump(graph_every)
         self.dump_dir = kd.armed_dump_dir()
         self.weights = {p.name for p in model.get_parameters()}
+        #: sampled capture (``graph_every`` > 1): runs of the model MindSpore did not dump are steps with
+        #: no statistics (:meth:`Session.skip_step`); :class:`_Sampling` tells them apart
+        self.sampling = _Sampling(graph_every, model) if graph_every > 1 else None
         #: finds the dump files not read yet (those found at attach are another debugger's)
         self._scanners: dict[str, DumpScanner] = {}
         #: deletes the files of finished steps in the background
@@ -236,8 +277,9 @@ class GraphAdapter:
         recover_cell_scopes(kg.kernels, self.model_ref())  # ms.jit functions compile without Cell scopes
         return kg
 
-    def after_run(self) -> None:
-        """A compiled graph finished running: record what it dumped."""
+    def after_run(self, obj: Any = None) -> None:
+        """A compiled graph finished running (``obj``: the Cell it compiled, else None): record what it
+        dumped; with sampled capture, a run of the model that dumped nothing is a step not captured."""
         if self.closed:
             return
         _pynative_executor.sync()  # the graph runs on after the call returns; so does its dump
@@ -267,7 +309,13 @@ class GraphAdapter:
             self.session.kernel_graphs[kg.file] = kg.graph_id  # type: ignore[attr-defined]
             self._step_files.setdefault(self.session.step_index, []).extend(files)
         if not mine:
+            if self.sampling is not None and self.capturing and self.sampling.is_model_run(obj):
+                self.sampling.skipped_run = True
+                if self.auto_step:
+                    self.end_step()
             return
+        if self.sampling is not None:
+            self.sampling.captured(mine[0][1])
         self.section = "optimizer"
         try:
             self.recorder.record_runs([(kg, kd.index_files(path, names)) for kg, path, names, _f in mine])
@@ -283,8 +331,14 @@ class GraphAdapter:
     # -- steps ------------------------------------------------------------------------------------
     def end_step(self) -> None:
         with self._lock:
-            raw = self.recorder.raw()
-            self.session.end_step(raw)
+            sampling = self.sampling
+            if sampling is not None and sampling.skipped_run and not len(self.session.recorder):
+                self.session.skip_step(sampling.reason(self.session.step_index))
+            else:
+                raw = self.recorder.raw()
+                self.session.end_step(raw)
+            if sampling is not None:
+                sampling.skipped_run = False
             self.recorder.new_step()
             self._prune()
         self.busy = True

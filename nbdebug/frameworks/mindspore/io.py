@@ -47,6 +47,7 @@ _NP_SCALARS = (np.integer, np.floating, np.bool_, np.complexfloating, np.str_, n
 _MS_DTYPE = type(ms.float32)
 _LEAF_TYPES = (bool, int, float, str, slice, type(Ellipsis), _MSNumber, _MS_DTYPE, *_NP_SCALARS)
 _FLOATS = (ms.float16, ms.float32, ms.float64, ms.bfloat16)
+_DIFFERENTIABLE = (*_FLOATS, ms.complex64, ms.complex128)  # what a backward hook gives a gradient
 
 
 def _is_tensor(x: Any) -> bool:
@@ -195,6 +196,15 @@ class MindSporeIO:
 
     @staticmethod
     def grad_arity(out: Any) -> None:
+        return None
+
+    @staticmethod
+    def module_grad_arity(args: tuple) -> tuple[int, int] | None:
+        """(0, gradients a Cell's backward produces) as msProbe writes them: one per positional argument
+        when any is a differentiable tensor (its hook wraps all of them; a data input's is ``None``, so
+        ``Cell.fc1.Dense.backward.0`` ``output`` is ``[None]`` when ``fc1`` reads the batch)."""
+        if any(_is_tensor(a) and a.dtype in _DIFFERENTIABLE for a in args):
+            return 0, len(args)
         return None
 
     @staticmethod

@@ -444,6 +444,24 @@ class PyNativeAdapter(Capture):
             hb = self._hb_cache[key] = ops.HookBackward(fn)
         return hb
 
+    def _hook_group(self, name: str, scope: str, pair: str, kind: str, positions: tuple[int, ...]) -> Any:
+        """A cached ``HookBackward`` identity over several inputs at once: the gradient of each is
+        ``output.{position}`` of backward node ``name``. One op over all of them is what msProbe's
+        ``CellBackwardHook`` is: when any of them is in the gradient graph, MindSpore's backward computes
+        the gradient of every one, a data operand's too (``x - y``: ``y``'s gradient is ``output.1``)."""
+        key = (name, positions)
+        hb = self._hb_cache.get(key)
+        if hb is None:
+            def fn(grads, self=self, name=name, scope=scope, pair=pair, kind=kind, positions=positions):
+                if self.capturing and not self.closed:
+                    for i, g in zip(positions, grads if isinstance(grads, tuple) else (grads,), strict=False):
+                        if _is_tensor(g):
+                            self._grad_slot(name, scope, pair, kind, f"output.{i}", g, is_input=False)
+                return None
+
+            hb = self._hb_cache[key] = ops.HookBackward(fn)
+        return hb
+
     def _probed(self, name: str, scope: str, pair: str, kind: str, slot: str, t: Any, is_input: bool) -> Any:
         new = self._hook_backward(name, scope, pair, kind, slot, is_input)(t)
         self.alias(new, t)
@@ -467,13 +485,19 @@ class PyNativeAdapter(Capture):
         A Parameter is passed on as it is (an op may update it in place, as BatchNorm does its moving
         statistics), except a trainable one given to a Primitive: msProbe's Primitive backward holds its
         gradient (``Primitive.matmul.MatMul.0.backward output.0`` is the weight's)."""
-        changed = False
         new_args = list(args)
         weights = name.startswith("Primitive.")
-        for i, a in enumerate(args):
-            if _is_tensor(a) and (not isinstance(a, Parameter) or weights and id(a) in self._trainable):
-                new_args[i] = self._probed(name, scope, pair, kind, f"output.{i}", a, False)
-                changed = True
+        positions = tuple(i for i, a in enumerate(args) if _is_tensor(a) and (
+            not isinstance(a, Parameter) or weights and id(a) in self._trainable))
+        changed = bool(positions)
+        if len(positions) > 1 and not weights:  # one probe over all of them (see _hook_group)
+            probed = self._hook_group(name, scope, pair, kind, positions)(*(args[i] for i in positions))
+            for i, new in zip(positions, probed, strict=True):
+                self.alias(new, args[i])
+                new_args[i] = new
+        else:
+            for i in positions:
+                new_args[i] = self._probed(name, scope, pair, kind, f"output.{i}", args[i], False)
         new_kwargs = kwargs
         if kwargs:
             for k, v in kwargs.items():

@@ -33,8 +33,11 @@ class TorchBackend(Backend):
         return torch.__version__, device
 
     def adapter(self, model: Any, level: str, session: Any, *, retain: bool = True,
-                retain_copy: bool = False) -> Any:
+                retain_copy: bool = False, graph_every: int = 1) -> Any:
         from .adapter import TorchAdapter
+
+        if graph_every != 1:
+            raise ValueError("graph_every samples MindSpore's GRAPH-mode kernel dump; PyTorch captures every step")
 
         return TorchAdapter(model, level, session, retain=retain, retain_copy=retain_copy)
 

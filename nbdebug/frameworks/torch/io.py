@@ -353,6 +353,10 @@ class TorchIO:
         return None
 
     @staticmethod
+    def module_grad_arity(args: tuple) -> None:
+        return None  # a module's backward hook gives its gradients as they are
+
+    @staticmethod
     def register_grad_hook(t: torch.Tensor, fn: Callable[[Any], None]) -> Any:
         if not (isinstance(t, torch.Tensor) and t.requires_grad):
             return None
