@@ -53,10 +53,12 @@ _LEAF_TYPES = (bool, int, float, str, slice, type(Ellipsis), torch.Size, torch.m
 
 
 def tensor_stats(t: torch.Tensor, precision: str = "low") -> tuple[Any, Any, Any, Any]:
-    """msProbe's (Max, Min, Mean, Norm) of ``t`` as 0-d tensors on ``t``'s device (None where not computed)."""
+    """msProbe's (Max, Min, Mean, Norm) of ``t`` as 0-d tensors on ``t``'s device (None where not computed:
+    empty, meta, fp8, storage-less and sparse tensors — a sparse gradient of ``nn.Embedding(sparse=True)``
+    — as the session's statistics, which call those layouts unsupported)."""
     with torch._C.DisableTorchFunction():
         x = t.detach()
-        if x.numel() == 0 or x.is_meta or x.dtype in _FP8 or x.untyped_storage().data_ptr() == 0:
+        if x.layout is not torch.strided or x.numel() == 0 or x.is_meta or x.dtype in _FP8 or x.untyped_storage().data_ptr() == 0:
             return None, None, None, None
         if x.is_complex():
             a = x.abs()
@@ -296,7 +298,7 @@ class TorchIO:
     def snapshot(self, t: torch.Tensor, *, data: bool, crc: bool) -> Snap:
         """Statistics now (device-side), plus a private copy when the file or the CRC needs the value."""
         with torch._C.DisableTorchFunction():
-            copy = _copy(t) if (data or crc) and t.numel() and not t.is_meta else None
+            copy = _copy(t) if (data or crc) and t.numel() and not t.is_meta and t.layout is torch.strided else None
             return Snap(str(t.dtype), [int(s) for s in t.shape], bool(t.requires_grad),
                              tensor_stats(t, self.precision), copy if data else None, copy if crc else None)
 
