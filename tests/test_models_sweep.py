@@ -142,3 +142,30 @@ def test_sweep_workload(sweep, name, level):
         assert "Parameter." in dump and "', '" not in dump.replace("', 'Parameter.", "")
         res["dump"] = "ok"
     assert res == dict.fromkeys(sweep.CHECKS, "ok"), res
+
+
+class HalveInPlace(nn.Module):
+    """Writes into its input with plain ops (no ``inplace=True`` attribute to tell)."""
+
+    def forward(self, h):
+        h.mul_(0.5)
+        h[:, 0] = 0.0
+        return h
+
+
+@pytest.mark.parametrize("level", ["L0", "mix"])
+def test_dump_entry_of_a_module_that_overwrites_its_input(level, tmp_path):
+    """The dump described such a module's input after the module had overwritten it (the live session
+    showed the value given): its entry must hold the input as the module received it."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), HalveInPlace(), nn.Linear(4, 2))
+    x = torch.randn(3, 4)
+    given = model[0](x).detach()
+    with nbdebug.Debugger(model, level=level, dump_dir=str(tmp_path)) as dbg:
+        model(x).sum().backward()
+        dbg.step()
+        live = dbg.stats("Module.1.HalveInPlace.forward.0", "input.0", step=0)
+    off = nbdebug.load(str(tmp_path), warn=False)
+    dumped = off.stats("Module.1.HalveInPlace.forward.0", "input.0", step=0)
+    for f in ("max", "min"):
+        assert dumped[f] == pytest.approx(float(getattr(given, f)())) == live[f]

@@ -198,13 +198,17 @@ class TorchIO:
         self._tls = threading.local()
         self.classes: dict[str, str] = {}
         model = adapter.model_ref() if adapter is not None else None
-        self._inplace_modules: list[tuple[str, torch.nn.Module]] = []
+        # modules whose inputs are measured before the call: a module may write into its input with any op
+        # (``x.mul_``, ``x[:, 0] = 0``, ``inplace=True``) and the entry describes the input it was given
+        self._pre_modules: list[tuple[str, torch.nn.Module]] = []
         if model is not None:
+            seen: set[int] = set()
             for path, mod in model.named_modules(remove_duplicate=False):
                 key = path.replace(".", "/")
                 self.classes.setdefault(key, type(mod).__name__)
-                if path and getattr(mod, "inplace", False) is True:
-                    self._inplace_modules.append((key, mod))
+                if path and id(mod) not in seen and getattr(adapter, "level", "L0") != "L1":
+                    self._pre_modules.append((key, mod))  # a module shared by two paths: its first (its name)
+                seen.add(id(mod))
 
     # -- wiring -----------------------------------------------------------------------------------
     def install(self, tap: Callable[..., None], snap: Callable[[torch.Tensor], Any]) -> None:
@@ -228,7 +232,7 @@ class TorchIO:
                 self._pre.clear()
 
         a.run_op = run_op
-        for path, mod in self._inplace_modules:
+        for path, mod in self._pre_modules:
             self._handles.append(mod.register_forward_pre_hook(self._module_pre(path), with_kwargs=True))
 
     def uninstall(self) -> None:
