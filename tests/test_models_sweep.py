@@ -169,3 +169,30 @@ def test_dump_entry_of_a_module_that_overwrites_its_input(level, tmp_path):
     dumped = off.stats("Module.1.HalveInPlace.forward.0", "input.0", step=0)
     for f in ("max", "min"):
         assert dumped[f] == pytest.approx(float(getattr(given, f)())) == live[f]
+
+
+def test_compiled_model_runs_the_module_hooks_eagerly():
+    """``model.compile()``: dynamo traced nbdebug's module hooks, guarding on every tensor's id, and
+    recompiled them to its limit (26 graphs for three Linear/GELU modules, a warning per hook, 10× the
+    first steps' time). The hooks now run eagerly between the compiled pieces: one graph per module."""
+    from torch._dynamo.utils import counters
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.GELU(), nn.Linear(8, 2))
+    model.compile(backend="aot_eager")  # no C++ build: inductor takes minutes on a loaded 2-core CPU
+    x = torch.randn(3, 4)
+    counters.clear()
+    torch._dynamo.reset()
+    try:
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        with nbdebug.Debugger(model, level="L0") as dbg:
+            for _ in range(3):
+                opt.zero_grad()
+                out = model(x)
+                out.sum().backward()
+                opt.step()
+            np.testing.assert_array_equal(dbg.tensor("Module.2.Linear.forward.0", "output.0", step=2),
+                                          out.detach().numpy())
+        assert counters["stats"]["unique_graphs"] <= 3, dict(counters["stats"])
+    finally:
+        torch._dynamo.reset()

@@ -246,6 +246,25 @@ class _OpMode(TorchFunctionMode):
 
 _LIVE: weakref.WeakSet = weakref.WeakSet()
 
+# Module hooks run eagerly even inside a ``torch.compile``d model: dynamo does not trace them (it would
+# guard on every tensor's id and recompile until its limit), it breaks the graph around them.
+_eager = torch.compiler.disable
+
+
+def _wrapper_code() -> Any:
+    return sys._getframe(1).f_code
+
+
+_WRAPPER_CODE = _eager(_wrapper_code)()  # the frame ``_eager`` puts between a hook and its caller
+
+
+def _hook_caller() -> Any:
+    """The frame that called the module hook running in our caller (past ``_eager``'s frame)."""
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_code is _WRAPPER_CODE:
+        frame = frame.f_back
+    return frame
+
 
 @atexit.register
 def _close_at_exit() -> None:
@@ -364,8 +383,9 @@ class TorchAdapter(Capture):
                 continue
             leaf = next(iter(mod.children()), None) is None
             self._module_info[id(mod)] = (path, type(mod).__name__, leaf, bool(getattr(mod, "inplace", False)))
-            self._handles.append(mod.register_forward_pre_hook(self._pre_hook(want_modules), with_kwargs=True))
-            self._handles.append(mod.register_forward_hook(self._post_hook(want_modules), with_kwargs=True,
+            self._handles.append(mod.register_forward_pre_hook(_eager(self._pre_hook(want_modules)),
+                                                               with_kwargs=True))
+            self._handles.append(mod.register_forward_hook(_eager(self._post_hook(want_modules)), with_kwargs=True,
                                                            always_call=True))
         owners: dict[int, list[tuple[str, str, str]]] = {}  # tied weights have several owners
         for path, mod in model.named_modules():
@@ -531,11 +551,12 @@ class TorchAdapter(Capture):
         def pre(mod, args, kwargs):
             if not self.capturing or self.busy:
                 return None
-            if self._scope and not self._root_alive(sys._getframe(1)):
+            caller = _hook_caller()
+            if self._scope and not self._root_alive(caller):
                 self.interrupted()  # the previous outermost call never returned (KeyboardInterrupt)
             path, cls, leaf, inplace = self._module_info[id(mod)]
             if not self._scope:  # the outermost call: make sure the op mode is on in this thread
-                self._root_frame = sys._getframe(1)
+                self._root_frame = caller
                 if self._disarmed:
                     self._drop_disarmed()
                 self._push_mode()

@@ -233,7 +233,8 @@ class TorchIO:
 
         a.run_op = run_op
         for path, mod in self._pre_modules:
-            self._handles.append(mod.register_forward_pre_hook(self._module_pre(path), with_kwargs=True))
+            self._handles.append(mod.register_forward_pre_hook(torch.compiler.disable(self._module_pre(path)),
+                                                                       with_kwargs=True))
 
     def uninstall(self) -> None:
         a = self.adapter
