@@ -58,7 +58,8 @@ def tensor_stats(t: torch.Tensor, precision: str = "low") -> tuple[Any, Any, Any
     — as the session's statistics, which call those layouts unsupported)."""
     with torch._C.DisableTorchFunction():
         x = t.detach()
-        if x.layout is not torch.strided or x.numel() == 0 or x.is_meta or x.dtype in _FP8 or x.untyped_storage().data_ptr() == 0:
+        if x.layout is not torch.strided or x.numel() == 0 or x.is_meta or x.dtype in _FP8 or \
+                x.untyped_storage().data_ptr() == 0:
             return None, None, None, None
         if x.is_complex():
             a = x.abs()
