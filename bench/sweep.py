@@ -253,6 +253,12 @@ def _masked(cfg_name: str, model_name: str, **kw):
     return build
 
 
+def _qwen2_ckpt(g):
+    w = _causal("Qwen2Config", "Qwen2ForCausalLM", num_key_value_heads=2)(g)
+    w.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
+    return w
+
+
 def _bart(g):
     cfg = _hf("BartConfig")(vocab_size=VOCAB, d_model=32, encoder_layers=1, decoder_layers=1,
                             encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=64,
@@ -361,6 +367,7 @@ def _channels_last(g):
 WORKLOADS: dict[str, Callable[[torch.Generator], Workload]] = {
     "mistral": _causal("MistralConfig", "MistralForCausalLM", num_key_value_heads=2, sliding_window=4),
     "qwen2": _causal("Qwen2Config", "Qwen2ForCausalLM", num_key_value_heads=2, tie_word_embeddings=True),
+    "qwen2_ckpt": _qwen2_ckpt,  # HF gradient checkpointing, re-entrant: module hooks run again in backward
     "gpt_neox": _causal("GPTNeoXConfig", "GPTNeoXForCausalLM", rotary_pct=0.5, hidden_dropout=0.0,
                         attention_dropout=0.0),
     "opt": _masked("OPTConfig", "OPTForCausalLM", hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
