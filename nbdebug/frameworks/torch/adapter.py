@@ -37,6 +37,7 @@ from ..core.calls import module_base, parent_scope
 from ..core.capture import LEVELS, Capture
 from ..core.records import slot_name
 from . import api_names as _names
+from .grad_share import consumers, edge_of, next_sequence_nr, share_hooks
 from .ops import TorchOps, TorchRef
 
 __all__ = ["LEVELS", "TorchAdapter", "mutated_args"]
@@ -246,6 +247,25 @@ class _OpMode(TorchFunctionMode):
 
 _LIVE: weakref.WeakSet = weakref.WeakSet()
 
+# Module hooks run eagerly even inside a ``torch.compile``d model: dynamo does not trace them (it would
+# guard on every tensor's id and recompile until its limit), it breaks the graph around them.
+_eager = torch.compiler.disable
+
+
+def _wrapper_code() -> Any:
+    return sys._getframe(1).f_code
+
+
+_WRAPPER_CODE = _eager(_wrapper_code)()  # the frame ``_eager`` puts between a hook and its caller
+
+
+def _hook_caller() -> Any:
+    """The frame that called the module hook running in our caller (past ``_eager``'s frame)."""
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_code is _WRAPPER_CODE:
+        frame = frame.f_back
+    return frame
+
 
 @atexit.register
 def _close_at_exit() -> None:
@@ -290,9 +310,25 @@ class TorchAdapter(Capture):
         super().new_step_state()
         self.session.raw_source = self.buf.raw
         self._called: set[str] = set()  # module paths called this step
-        self._wrapped: dict[str, list[torch.Tensor]] = {}
+        self._held: list[Any] = []  # module backward nodes whose completion waits (see emit_node)
+        #: module call -> (first autograd sequence number of the call, [(positional input, its gradient edge)])
+        self._call_inputs: dict[str, tuple[int, list[tuple[torch.Tensor, tuple]]]] = {}
+
+    def emit_node(self, node: Any, call: tuple | None = None) -> None:
+        """As the core's; a module's input gradients (its share, complete when its last consumer inside
+        it has run) complete after the parameter gradients autograd accumulates right then, as a full
+        backward hook's would: they are held until the next node that is not a parameter gradient."""
+        if self._held and node.kind != "parameter":
+            self._release_held()
+        super().emit_node(node, call)
+
+    def _release_held(self) -> None:
+        held, self._held = self._held, []
+        for node in held:
+            super().emit_node(node)
 
     def closing_step(self) -> None:
+        self._release_held()
         for h in self._step_handles:
             h.remove()
         self._step_handles = []
@@ -348,8 +384,9 @@ class TorchAdapter(Capture):
                 continue
             leaf = next(iter(mod.children()), None) is None
             self._module_info[id(mod)] = (path, type(mod).__name__, leaf, bool(getattr(mod, "inplace", False)))
-            self._handles.append(mod.register_forward_pre_hook(self._pre_hook(want_modules), with_kwargs=True))
-            self._handles.append(mod.register_forward_hook(self._post_hook(want_modules), with_kwargs=True,
+            self._handles.append(mod.register_forward_pre_hook(_eager(self._pre_hook(want_modules)),
+                                                               with_kwargs=True))
+            self._handles.append(mod.register_forward_hook(_eager(self._post_hook(want_modules)), with_kwargs=True,
                                                            always_call=True))
         owners: dict[int, list[tuple[str, str, str]]] = {}  # tied weights have several owners
         for path, mod in model.named_modules():
@@ -516,11 +553,12 @@ class TorchAdapter(Capture):
         def pre(mod, args, kwargs):
             if not self.capturing or self.busy:
                 return None
-            if self._scope and not self._root_alive(sys._getframe(1)):
+            caller = _hook_caller()
+            if self._scope and not self._root_alive(caller):
                 self.interrupted()  # the previous outermost call never returned (KeyboardInterrupt)
             path, cls, leaf, inplace = self._module_info[id(mod)]
             if not self._scope:  # the outermost call: make sure the op mode is on in this thread
-                self._root_frame = sys._getframe(1)
+                self._root_frame = caller
                 if self._disarmed:
                     self._drop_disarmed()
                 self._push_mode()
@@ -535,34 +573,20 @@ class TorchAdapter(Capture):
                     node = self.module_call(id(mod), path, cls, leaf, args, kwargs,
                                             mod._parameters.items(), snapshot_inputs=inplace)
                     if not inplace and torch.is_grad_enabled():
-                        return self._wrap_inputs(node.name, args, kwargs)
+                        self._note_inputs(node.name, args)
             finally:
                 self.busy = False
             return None
 
         return pre
 
-    def _wrap_inputs(self, name: str, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
-        """Give the module its own alias (a view) of each input that needs a gradient.
-
-        A hook on the input itself would see its *total* gradient (every consumer's share); a hook on
-        the module's alias sees the module's share only, which is what a full backward hook reports —
-        and never fires when no gradient flows through the module."""
-        wrapped: list[torch.Tensor] = []
-
-        def wrap(t: Any) -> Any:
-            if not isinstance(t, torch.Tensor) or not t.requires_grad:
-                return t
-            v = t.view_as(t)
-            self.alias(v, t)
-            wrapped.append(v)
-            return v
-
-        new_args = tuple(wrap(a) for a in args)  # positional inputs only, as a full backward hook
-        if not wrapped:
-            return None
-        self._wrapped[name] = wrapped
-        return new_args, kwargs
+    def _note_inputs(self, name: str, args: tuple) -> None:
+        """Remember the gradient edges of the call's positional inputs that need a gradient, and where the
+        call's autograd nodes start: the module's share of their gradients is read from the nodes it
+        creates (:mod:`.grad_share`), so that the graph autograd runs is the undebugged one."""
+        inputs = [(t, edge_of(t)) for t in args if isinstance(t, torch.Tensor) and t.requires_grad]
+        if inputs:
+            self._call_inputs[name] = (next_sequence_nr(), inputs)
 
     def _post_hook(self, want: bool) -> Callable:
         def post(mod, args, kwargs, output):
@@ -598,13 +622,32 @@ class TorchAdapter(Capture):
         scope = fwd.scope
         # numbered as a full backward hook numbers them (msProbe): the output's tensors that need a
         # gradient, flattened (a dict / ModelOutput included), and the positional inputs that do
-        k = 0
-        for _slot, t in self.outputs(output, "input"):
-            if t.requires_grad and t.grad_fn is not None:
-                self._step_handles.append(t.register_hook(self._module_grad(name, scope, fwd.name, slot_name("input", k), True)))
-                k += 1
-        for j, t in enumerate(self._wrapped.pop(fwd.name, None) or ()):  # the module's own input aliases
-            self._step_handles.append(t.register_hook(self._module_grad(name, scope, fwd.name, slot_name("output", j), False)))
+        mark, inputs = self._call_inputs.pop(fwd.name, (0, ()))
+        outs = [t for _slot, t in self.outputs(output, "input") if t.requires_grad and t.grad_fn is not None]
+        # an input returned unchanged (Identity, Dropout(p=0)): its gradient is that of the output, the
+        # same tensor — which holds every consumer's share if the caller also uses the input elsewhere
+        position = {id(t): j for j, (t, _) in enumerate(inputs)}
+        passed = set()
+        roots = []
+        for k, t in enumerate(outs):
+            self._step_handles.append(t.register_hook(self._module_grad(name, scope, fwd.name, slot_name("input", k), True)))
+            j = position.get(id(t))
+            if j is None:
+                roots.append(t.grad_fn)
+            elif id(t) not in passed:
+                passed.add(id(t))
+                self._step_handles.append(
+                    t.register_hook(self._module_grad(name, scope, fwd.name, slot_name("output", j), False)))
+        edges: dict[tuple, int] = {}
+        for j, (t, edge) in enumerate(inputs):
+            if id(t) not in passed:
+                edges.setdefault(edge, j)  # the same tensor twice (``attn(x, x, x)``): its share under the first
+        if edges and roots:
+            def emit(j: int, grad: torch.Tensor) -> None:
+                if self.capturing:
+                    self._held.append(self.gradient(name, scope, fwd.name, "module", slot_name("output", j), grad, False))
+
+            self._step_handles.extend(share_hooks(consumers(roots, mark, edges), emit))
 
     def _module_grad(self, name, scope, pair, slot, is_input) -> Callable:
         def hook(grad):

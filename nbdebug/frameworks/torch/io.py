@@ -53,10 +53,13 @@ _LEAF_TYPES = (bool, int, float, str, slice, type(Ellipsis), torch.Size, torch.m
 
 
 def tensor_stats(t: torch.Tensor, precision: str = "low") -> tuple[Any, Any, Any, Any]:
-    """msProbe's (Max, Min, Mean, Norm) of ``t`` as 0-d tensors on ``t``'s device (None where not computed)."""
+    """msProbe's (Max, Min, Mean, Norm) of ``t`` as 0-d tensors on ``t``'s device (None where not computed:
+    empty, meta, fp8, storage-less and sparse tensors — a sparse gradient of ``nn.Embedding(sparse=True)``
+    — as the session's statistics, which call those layouts unsupported)."""
     with torch._C.DisableTorchFunction():
         x = t.detach()
-        if x.numel() == 0 or x.is_meta or x.dtype in _FP8 or x.untyped_storage().data_ptr() == 0:
+        if x.layout is not torch.strided or x.numel() == 0 or x.is_meta or x.dtype in _FP8 or \
+                x.untyped_storage().data_ptr() == 0:
             return None, None, None, None
         if x.is_complex():
             a = x.abs()
@@ -196,13 +199,17 @@ class TorchIO:
         self._tls = threading.local()
         self.classes: dict[str, str] = {}
         model = adapter.model_ref() if adapter is not None else None
-        self._inplace_modules: list[tuple[str, torch.nn.Module]] = []
+        # modules whose inputs are measured before the call: a module may write into its input with any op
+        # (``x.mul_``, ``x[:, 0] = 0``, ``inplace=True``) and the entry describes the input it was given
+        self._pre_modules: list[tuple[str, torch.nn.Module]] = []
         if model is not None:
+            seen: set[int] = set()
             for path, mod in model.named_modules(remove_duplicate=False):
                 key = path.replace(".", "/")
                 self.classes.setdefault(key, type(mod).__name__)
-                if path and getattr(mod, "inplace", False) is True:
-                    self._inplace_modules.append((key, mod))
+                if path and id(mod) not in seen and getattr(adapter, "level", "L0") != "L1":
+                    self._pre_modules.append((key, mod))  # a module shared by two paths: its first (its name)
+                seen.add(id(mod))
 
     # -- wiring -----------------------------------------------------------------------------------
     def install(self, tap: Callable[..., None], snap: Callable[[torch.Tensor], Any]) -> None:
@@ -226,8 +233,9 @@ class TorchIO:
                 self._pre.clear()
 
         a.run_op = run_op
-        for path, mod in self._inplace_modules:
-            self._handles.append(mod.register_forward_pre_hook(self._module_pre(path), with_kwargs=True))
+        for path, mod in self._pre_modules:
+            self._handles.append(mod.register_forward_pre_hook(torch.compiler.disable(self._module_pre(path)),
+                                                                       with_kwargs=True))
 
     def uninstall(self) -> None:
         a = self.adapter
@@ -296,7 +304,7 @@ class TorchIO:
     def snapshot(self, t: torch.Tensor, *, data: bool, crc: bool) -> Snap:
         """Statistics now (device-side), plus a private copy when the file or the CRC needs the value."""
         with torch._C.DisableTorchFunction():
-            copy = _copy(t) if (data or crc) and t.numel() and not t.is_meta else None
+            copy = _copy(t) if (data or crc) and t.numel() and not t.is_meta and t.layout is torch.strided else None
             return Snap(str(t.dtype), [int(s) for s in t.shape], bool(t.requires_grad),
                              tensor_stats(t, self.precision), copy if data else None, copy if crc else None)
 
