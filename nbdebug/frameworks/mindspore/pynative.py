@@ -490,7 +490,10 @@ class PyNativeAdapter(Capture):
         positions = tuple(i for i, a in enumerate(args) if _is_tensor(a) and (
             not isinstance(a, Parameter) or weights and id(a) in self._trainable))
         changed = bool(positions)
-        if len(positions) > 1 and not weights:  # one probe over all of them (see _hook_group)
+        # one probe over all of them (see _hook_group) when a dump is written, as msProbe writes it; live
+        # capture keeps one probe per tensor: a multi-input HookBackward can leave MindSpore's PyNative
+        # gradient state broken for later graphs of the process ("Can not find top cell for backward")
+        if len(positions) > 1 and not weights and self.tap is not None:
             probed = self._hook_group(name, scope, pair, kind, positions)(*(args[i] for i in positions))
             for i, new in zip(positions, probed, strict=True):
                 self.alias(new, args[i])
