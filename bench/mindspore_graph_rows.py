@@ -193,7 +193,6 @@ def _trainer(model: str, net: Any, loss: Any, x: Any, y: Any) -> Any:
 def child(model: str, config: str, warmup: int, steps: int) -> dict[str, Any]:
     """One measurement in this (fresh) process: mean ms per step."""
     import mindspore as ms
-    from mindspore import nn
 
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.set_seed(0)

@@ -520,7 +520,8 @@ class TorchAdapter(Capture):
         optimizer, whose in-place updates of its state and of the parameters would cost a copy per op and
         parameter every step: there the reference stays, and reading it later raises
         :class:`NotRetainedError` naming ``name``, unless a watchpoint needs the value or the user keeps it
-        (its producer or ``name`` is a pinned node). The parameters' values the model used are ``Parameter.*`` copies either way."""
+        (its producer or ``name`` is a pinned node). The parameters' values the model used are
+        ``Parameter.*`` copies either way."""
         seen = self._seen.get(id(t))
         handle = seen.handle if seen is not None else None
         if handle is None:
@@ -630,7 +631,8 @@ class TorchAdapter(Capture):
         passed = set()
         roots = []
         for k, t in enumerate(outs):
-            self._step_handles.append(t.register_hook(self._module_grad(name, scope, fwd.name, slot_name("input", k), True)))
+            grad_in = self._module_grad(name, scope, fwd.name, slot_name("input", k), True)
+            self._step_handles.append(t.register_hook(grad_in))
             j = position.get(id(t))
             if j is None:
                 roots.append(t.grad_fn)
@@ -645,7 +647,8 @@ class TorchAdapter(Capture):
         if edges and roots:
             def emit(j: int, grad: torch.Tensor) -> None:
                 if self.capturing:
-                    self._held.append(self.gradient(name, scope, fwd.name, "module", slot_name("output", j), grad, False))
+                    self._held.append(self.gradient(name, scope, fwd.name, "module", slot_name("output", j), grad,
+                                                    False))
 
             self._step_handles.extend(share_hooks(consumers(roots, mark, edges), emit))
 
