@@ -69,18 +69,18 @@ def test_job_panel_in_jupyterlab(lab_page: LabPage) -> None:
     lab.wait_until("""(sel) => {
         const h = document.querySelector(sel + ' .nbdebug-panel .nbdebug-hit-count');
         return h && Number(h.textContent.trim()) > 0;
-    }""", arg=JOB, timeout=30)
+    }""", arg=JOB, timeout=90)
     assert facts(lab)["panels"] == 1
 
     # back to rank 2, then "show" jumps to the first non-finite rank and selects its node
     lab.page.locator(f"{JOB} .nbdebug-rank-select select").select_option(value="rank 2")
     lab.wait_until("(sel) => document.querySelector(sel + ' .nbdebug-panel .nbdebug-hit-count')"
-                   ".textContent.trim() === '0'", arg=JOB, timeout=30)
+                   ".textContent.trim() === '0'", arg=JOB, timeout=90)
     lab.page.locator(f"{JOB} .nbdebug-job-first-show").click()
     lab.wait_until("""(sel) => {
         const s = document.querySelector(sel + ' .nbdebug-rank-select select');
         return s && s.value === 'rank 1';
-    }""", arg=JOB, timeout=30)
+    }""", arg=JOB, timeout=90)
 
     # rank-vs-rank compare in the compare panel
     lab.page.locator(f"{JOB} .nbdebug-job-compare").click()
@@ -88,7 +88,9 @@ def test_job_panel_in_jupyterlab(lab_page: LabPage) -> None:
                    arg=JOB, timeout=60)
     f = facts(lab)
     assert "rank 2" in f["compare"] and "rank 0" in f["compare"], f
-    assert lab.page.locator(f"{JOB} .nbdebug-job-compare-box .nbdebug-compare-row").count() > 0
+    # the compare's rows come with its table widget, drawn after the summary line
+    lab.wait_until("(sel) => document.querySelectorAll(sel + ' .nbdebug-job-compare-box .nbdebug-compare-row')"
+                   ".length > 0", arg=JOB, timeout=60)
     lab.assert_not_blank(lab.screenshot("ui-job-panel", JOB))
     log = lab.server.log_path.read_bytes()[start:].decode(errors="replace")
     assert "Traceback" not in log, log[-3000:]
