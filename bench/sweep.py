@@ -451,12 +451,9 @@ def train(w: Workload, model: nn.Module, after_step: Callable[[int], None] | Non
 
 def stats_of(arr: np.ndarray) -> np.ndarray:
     """The session's statistics row for the value ``arr`` (the live reduction, applied to it)."""
-    from nbdebug.frameworks.torch.stats import StatsBuffer
-    from nbdebug.session.session import raw_to_fields
+    from nbdebug.frameworks.torch.stats import fields_of
 
-    buf = StatsBuffer()
-    row, _, _ = buf.add(torch.from_numpy(np.ascontiguousarray(arr)))
-    return raw_to_fields(buf.raw()[row:row + 1], np.asarray([float(arr.size)]))[0]
+    return fields_of(arr)
 
 
 def value_mismatches(dbg: Any, step: int) -> tuple[list[str], int]:

@@ -20,8 +20,7 @@ import torch.nn.functional as F
 
 import nbdebug
 from nbdebug import NotRetainedError
-from nbdebug.frameworks.torch.stats import StatsBuffer
-from nbdebug.session.session import raw_to_fields
+from nbdebug.frameworks.torch.stats import fields_of
 from nbdebug.session.stats import FIELDS
 
 LEVELS = ("L0", "L1", "mix")
@@ -133,12 +132,7 @@ def train(model, batches, loss_fn, scaler: bool, after_step=None) -> list[float]
 
 
 # -- the invariant ----------------------------------------------------------------------------------
-def reference_stats(arr: np.ndarray) -> np.ndarray:
-    """Our reduction applied to the retained value."""
-    buf = StatsBuffer()
-    t = torch.from_numpy(np.ascontiguousarray(arr))
-    row, _, _ = buf.add(t)
-    return raw_to_fields(buf.raw()[row:row + 1], np.asarray([float(arr.size)]))[0]
+reference_stats = fields_of  # our reduction applied to the retained value
 
 
 def check_step(dbg, step: int) -> tuple[int, int]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ...session.session import RAW_WIDTH, RawRows
+from ...session.session import RAW_WIDTH, RawRows, raw_to_fields
 from ..core.native import codes_for
 from ..core.native import fastats as _fastats
 
@@ -70,6 +70,18 @@ def _device_row(t: torch.Tensor) -> torch.Tensor:
 
 _STRIDED = torch.strided
 _NAMES: dict[torch.dtype, str] = {}  # dtype -> its name (``float32``), filled on first sight
+
+
+def fields_of(arr: np.ndarray) -> np.ndarray:
+    """The session's statistics row (:data:`~nbdebug.session.stats.FIELDS`) of a host value, by the same
+    reduction the capture applies (for checking a retained value against its recorded statistics).
+
+    >>> fields_of(np.array([1.0, -3.0], dtype=np.float32))[:3].tolist()
+    [1.0, -3.0, -1.0]
+    """
+    buf = StatsBuffer()
+    row, _, _ = buf.add(torch.from_numpy(np.ascontiguousarray(arr)))
+    return raw_to_fields(buf.raw()[row:row + 1], np.asarray([float(arr.size)]))[0]
 
 
 class StatsBuffer(RawRows):
