@@ -320,8 +320,15 @@ class LabPage:
 
     # -- waiting ----------------------------------------------------------------------------------
     def wait_until(self, predicate_js: str, timeout: float = 30.0, arg: Any = None) -> Any:
-        """Wait until the JS function ``predicate_js`` returns something truthy; returns it."""
-        handle = self.page.wait_for_function(predicate_js, arg=arg, timeout=timeout * 1000, polling=200)
+        """Wait until the JS function ``predicate_js`` returns something truthy; returns it. On a timeout the
+        assertion carries the page's errors and the server log's tail (what a failure in CI needs)."""
+        from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+        try:
+            handle = self.page.wait_for_function(predicate_js, arg=arg, timeout=timeout * 1000, polling=200)
+        except PlaywrightTimeout as e:
+            raise AssertionError(f"{e}\nwaiting for: {predicate_js[:300]}\npage errors: {self.errors[-10:]}\n"
+                                 f"server log tail:\n{self.server.log_tail(40)}") from None
         return handle.json_value()
 
     def wait_for_output(self, text: str, timeout: float = 60.0) -> None:

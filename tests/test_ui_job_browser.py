@@ -39,7 +39,8 @@ def facts(lab: LabPage) -> dict[str, Any]:
         return {first: t('.nbdebug-job-first'), rank: p.querySelector('.nbdebug-rank-select select').value,
                 hits: t('.nbdebug-panel .nbdebug-hit-count'), panels: p.querySelectorAll('.nbdebug-panel').length,
                 overviewRows: p.querySelectorAll('.nbdebug-job-overview tr[data-rank]').length,
-                compare: t('.nbdebug-job-compare-box .nbdebug-compare-summary')};
+                compare: t('.nbdebug-job-compare-box .nbdebug-compare-summary'),
+                compareError: t('.nbdebug-job-compare-box .nbdebug-job-compare-error')};
     }""", JOB)
 
 
@@ -84,9 +85,10 @@ def test_job_panel_in_jupyterlab(lab_page: LabPage) -> None:
 
     # rank-vs-rank compare in the compare panel
     lab.page.locator(f"{JOB} .nbdebug-job-compare").click()
-    lab.wait_until("(sel) => !!document.querySelector(sel + ' .nbdebug-job-compare-box .nbdebug-compare-summary')",
-                   arg=JOB, timeout=60)
+    lab.wait_until("(sel) => !!document.querySelector(sel + ' .nbdebug-job-compare-box .nbdebug-compare-summary, '"
+                   " + sel + ' .nbdebug-job-compare-box .nbdebug-job-compare-error')", arg=JOB, timeout=90)
     f = facts(lab)
+    assert f["compareError"] is None, f
     assert "rank 2" in f["compare"] and "rank 0" in f["compare"], f
     # the compare's rows come with its table widget, drawn after the summary line
     lab.wait_until("(sel) => document.querySelectorAll(sel + ' .nbdebug-job-compare-box .nbdebug-compare-row')"

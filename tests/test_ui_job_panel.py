@@ -55,6 +55,16 @@ def test_rank_selector_switches_every_view(trained):
         cp = p.compare(2, 0, 0)  # step 0: the same initial weights (these ranks never allreduce)
         assert p.compare_box.children == (cp.widget,) and "rank 2" in cp.summary.value
         assert all(r.status == "pass" for r in cp.result.rows if r.target.startswith("Parameter."))
+        # the compare button: a compare that fails says why in the compare box, nothing raised or silent
+        p.compare_step.options = [("9", 9)]  # a step no rank has
+        p.compare_step.value = 9
+        p.compare_button.click()
+        (box,) = p.compare_box.children
+        assert "nbdebug-job-compare-error" in box._dom_classes and "compare failed" in box.value, box.value
+        assert "Traceback" in p.errors[-1]
+        p.compare_step.options = [("0", 0)]
+        p.compare_button.click()  # and a good one replaces the error
+        assert p.compare_box.children == (p.compare_panel.widget,)
     finally:
         p.close()
 

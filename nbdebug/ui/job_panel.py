@@ -93,7 +93,7 @@ class JobPanel(w.VBox):
         self.compare_step.add_class("nbdebug-job-compare-step")
         self.compare_button = w.Button(description="compare ranks", layout=w.Layout(width="auto"))
         self.compare_button.add_class("nbdebug-job-compare")
-        self.compare_button.on_click(lambda _b: self.compare())
+        self.compare_button.on_click(lambda _b: self._compare_clicked())
         self.compare_box = w.VBox([])
         self.compare_box.add_class("nbdebug-job-compare-box")
         self.compare_panel: Any = None
@@ -263,6 +263,18 @@ class JobPanel(w.VBox):
         self.compare_panel = ComparePanel(result, labels=(rank_label(a), rank_label(b)), graphs=False)
         self.compare_box.children = [self.compare_panel.widget]
         return self.compare_panel
+
+    def _compare_clicked(self) -> None:
+        """The compare button: a compare that fails shows its error in the compare box (and ``errors``)."""
+        self.compare_box.children = [w.HTML("<i>comparing…</i>")]
+        try:
+            self.compare()
+        except Exception as e:  # noqa: BLE001 - shown, not raised into the widget callback
+            self.errors.append(traceback.format_exc())
+            box = w.HTML(f"<span style='color:#cf222e'>compare failed: {html.escape(type(e).__name__)}: "
+                         f"{html.escape(str(e))}</span>")
+            box.add_class("nbdebug-job-compare-error")
+            self.compare_box.children = [box]
 
     # -- the static snapshot (a saved notebook without a kernel) --------------------------------------
     def snapshot_html(self) -> str:
