@@ -13,6 +13,22 @@ The zoo (random weights, built from configs or ``torch.nn``; nothing is download
 ``mobilenet``   MobileNetV3-style CNN (depthwise convs, BatchNorm, Hardswish, squeeze-excite)
 ==============  ====================================================================================
 
+``--size real`` builds the same eight at the sizes their published configurations have (what a user
+trains; per-op bookkeeping weighs less against real compute), batch 2 and 64 tokens for the language models:
+
+==============  ====================================================================================
+``gpt2``        distilgpt2's configuration: 6 layers, d=768, 12 heads, the 50,257-token vocabulary (82 M)
+``gpt2_ckpt``   the same with gradient checkpointing
+``bert``        BERT-small (``bert_uncased_L-4_H-512_A-8``): 4 layers, d=512, 8 heads, masked LM (29 M)
+``t5``          t5-small: 6+6 layers, d=512, d_ff=2048, 8 heads, 32,128 tokens (60 M)
+``llama_amp``   llama-68m's configuration: 2 layers, d=768, 12 heads, 32,000 tokens, bf16 autocast +
+                GradScaler (68 M)
+``vit``         ViT-tiny/16 at 224×224: 12 layers, d=192, 3 heads, 1,000 classes (5.7 M)
+``resnet``      torchvision's ResNet-18 layout at 224×224 (7×7 stem, max-pool, 64-512 channels) (11.7 M)
+``mobilenet``   torchvision's MobileNetV3-small layout at 224×224 (11 bottlenecks, 5×5 depthwise,
+                squeeze-excite, last channel 1,024) (2.5 M)
+==============  ====================================================================================
+
 One step is ``zero_grad, forward, loss, backward, AdamW.step()``. Method as ``bench/overhead.py``:
 round-robin over models and configurations (order rotated per round), each configuration on a fresh
 copy of the initial weights, ``--warmup`` untimed steps then ``--steps`` timed; a configuration's figure
@@ -27,6 +43,7 @@ Usage::
     python bench/zoo.py --quick --no-msprobe     # smoke run
     python bench/zoo.py --clock cpu              # CPU time per step (a machine shared with other work)
     python bench/zoo.py --models gpt2,resnet --levels mix
+    python bench/zoo.py --size real --no-msprobe --clock cpu   # the published sizes
 """
 
 from __future__ import annotations
@@ -55,6 +72,7 @@ from overhead import _dir_bytes, _hook_census, _msprobe_config, _timed_block, us
 from overhead import run_nbdebug as _run_nbdebug  # noqa: E402
 
 MODELS = ("gpt2", "gpt2_ckpt", "bert", "t5", "llama_amp", "vit", "resnet", "mobilenet")
+SIZES = ("small", "real")
 LEVELS = ("L0", "L1", "mix")
 TARGETS = {"L0": 1.25, "L1": 1.8, "mix": 2.0}
 MAX_MIX = 2.5
@@ -142,6 +160,85 @@ class MobileNetV3(nn.Module):
         return self.head(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
 
 
+class ResNet18Real(nn.Module):
+    """torchvision's ResNet-18 layout: 7×7 stride-2 stem and max-pool, 2-2-2-2 basic blocks of 64-512
+    channels, 1,000 classes (11.7 M parameters)."""
+
+    def __init__(self, classes: int = 1000) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(inplace=True),
+                                  nn.MaxPool2d(3, 2, 1))
+        chans, layers, cin = (64, 128, 256, 512), [], 64
+        for i, c in enumerate(chans):
+            layers.append(nn.Sequential(BasicBlock(cin, c, 1 if i == 0 else 2), BasicBlock(c, c, 1)))
+            cin = c
+        self.layer1, self.layer2, self.layer3, self.layer4 = layers
+        self.fc = nn.Linear(512, classes)
+
+    def forward(self, x):
+        x = self.layer4(self.layer3(self.layer2(self.layer1(self.stem(x)))))
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+def _divisible(v: float, d: int = 8) -> int:
+    """torchvision's channel rounding (to a multiple of ``d``, never below 90 % of ``v``)."""
+    n = max(d, int(v + d / 2) // d * d)
+    return n + d if n < 0.9 * v else n
+
+
+class SqueezeExciteReal(nn.Module):
+    def __init__(self, c: int) -> None:
+        super().__init__()
+        self.fc1 = nn.Conv2d(c, _divisible(c // 4), 1)
+        self.relu = nn.ReLU()
+        self.fc2 = nn.Conv2d(_divisible(c // 4), c, 1)
+        self.gate = nn.Hardsigmoid()
+
+    def forward(self, x):
+        return x * self.gate(self.fc2(self.relu(self.fc1(F.adaptive_avg_pool2d(x, 1)))))
+
+
+class Bottleneck(nn.Module):
+    """MobileNetV3's inverted residual: optional 1×1 expansion, k×k depthwise, squeeze-excite, 1×1 projection."""
+
+    def __init__(self, cin: int, k: int, exp: int, cout: int, se: bool, hs: bool, stride: int) -> None:
+        super().__init__()
+        act = nn.Hardswish if hs else nn.ReLU
+        layers: list[nn.Module] = []
+        if exp != cin:
+            layers += [nn.Conv2d(cin, exp, 1, bias=False), nn.BatchNorm2d(exp), act()]
+        layers += [nn.Conv2d(exp, exp, k, stride, k // 2, groups=exp, bias=False), nn.BatchNorm2d(exp), act()]
+        if se:
+            layers.append(SqueezeExciteReal(exp))
+        layers += [nn.Conv2d(exp, cout, 1, bias=False), nn.BatchNorm2d(cout)]
+        self.block = nn.Sequential(*layers)
+        self.residual = stride == 1 and cin == cout
+
+    def forward(self, x):
+        y = self.block(x)
+        return x + y if self.residual else y
+
+
+class MobileNetV3Small(nn.Module):
+    """torchvision's MobileNetV3-small layout (2.5 M parameters, 1,000 classes)."""
+
+    SETTING = [(16, 3, 16, 16, True, False, 2), (16, 3, 72, 24, False, False, 2), (24, 3, 88, 24, False, False, 1),
+               (24, 5, 96, 40, True, True, 2), (40, 5, 240, 40, True, True, 1), (40, 5, 240, 40, True, True, 1),
+               (40, 5, 120, 48, True, True, 1), (48, 5, 144, 48, True, True, 1), (48, 5, 288, 96, True, True, 2),
+               (96, 5, 576, 96, True, True, 1), (96, 5, 576, 96, True, True, 1)]
+
+    def __init__(self, classes: int = 1000) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, 2, 1, bias=False), nn.BatchNorm2d(16), nn.Hardswish())
+        self.blocks = nn.Sequential(*[Bottleneck(*c) for c in self.SETTING])
+        self.last = nn.Sequential(nn.Conv2d(96, 576, 1, bias=False), nn.BatchNorm2d(576), nn.Hardswish())
+        self.head = nn.Sequential(nn.Linear(576, 1024), nn.Hardswish(), nn.Dropout(0.2), nn.Linear(1024, classes))
+
+    def forward(self, x):
+        x = self.last(self.blocks(self.stem(x)))
+        return self.head(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
 # -- workloads -------------------------------------------------------------------------------------
 @dataclass
 class ZooWorkload:
@@ -182,8 +279,12 @@ def _tokens(g: torch.Generator, vocab: int, batch: int = 4, seq: int = 32) -> li
     return [torch.randint(0, vocab, (batch, seq), generator=g) for _ in range(N_BATCHES)]
 
 
-def make_zoo_workload(name: str, seed: int = 0) -> ZooWorkload:
-    """One zoo model with its synthetic batches (fixed seed)."""
+def make_zoo_workload(name: str, seed: int = 0, size: str = "small") -> ZooWorkload:
+    """One zoo model with its synthetic batches (fixed seed); ``size="real"``: its published size."""
+    if size == "real":
+        return _real_workload(name, seed)
+    if size != "small":
+        raise ValueError(f"unknown size {size!r}; choose from {', '.join(SIZES)}")
     torch.manual_seed(seed)
     g = torch.Generator().manual_seed(seed + 1)
     amp = False
@@ -255,6 +356,69 @@ def make_zoo_workload(name: str, seed: int = 0) -> ZooWorkload:
     return ZooWorkload(name, model, batches, loss, amp, init)
 
 
+def _real_workload(name: str, seed: int) -> ZooWorkload:
+    """The zoo at its models' published sizes (see the module docstring)."""
+    torch.manual_seed(seed)
+    g = torch.Generator().manual_seed(seed + 1)
+    amp = False
+
+    def lm_loss(m, ids):
+        return m(input_ids=ids, labels=ids).loss
+
+    def images(n: int, classes: int = 1000) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        return [(torch.randn(n, 3, 224, 224, generator=g), torch.randint(0, classes, (n,), generator=g))
+                for _ in range(N_BATCHES)]
+
+    loss: Callable[[nn.Module, Any], torch.Tensor] = lm_loss
+    if name in ("gpt2", "gpt2_ckpt"):
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        model: nn.Module = GPT2LMHeadModel(GPT2Config(n_layer=6))  # distilgpt2
+        if name == "gpt2_ckpt":
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        batches: list[Any] = _tokens(g, 50257, batch=2, seq=64)
+    elif name == "bert":
+        from transformers import BertConfig, BertForMaskedLM
+
+        model = BertForMaskedLM(BertConfig(num_hidden_layers=4, hidden_size=512, num_attention_heads=8,
+                                           intermediate_size=2048))
+        batches = _tokens(g, 30522, batch=2, seq=64)
+    elif name == "t5":
+        from transformers import T5Config, T5ForConditionalGeneration
+
+        model = T5ForConditionalGeneration(T5Config(decoder_start_token_id=0, pad_token_id=0))  # t5-small
+        batches = list(zip(_tokens(g, 32128, batch=2, seq=64), _tokens(g, 32128, batch=2, seq=16), strict=True))
+
+        def loss(m, b):
+            return m(input_ids=b[0], labels=b[1]).loss
+    elif name == "llama_amp":
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        model = LlamaForCausalLM(LlamaConfig(hidden_size=768, intermediate_size=3072, num_hidden_layers=2,
+                                             num_attention_heads=12, vocab_size=32000, max_position_embeddings=2048))
+        batches = _tokens(g, 32000, batch=2, seq=64)
+        amp = True
+    elif name == "vit":
+        from transformers import ViTConfig, ViTForImageClassification
+
+        model = ViTForImageClassification(ViTConfig(hidden_size=192, num_hidden_layers=12, num_attention_heads=3,
+                                                     intermediate_size=768, num_labels=1000))
+        batches = images(2)
+
+        def loss(m, b):
+            return m(pixel_values=b[0], labels=b[1]).loss
+    elif name in ("resnet", "mobilenet"):
+        model = ResNet18Real() if name == "resnet" else MobileNetV3Small()
+        batches = images(2 if name == "resnet" else 4)
+
+        def loss(m, b):
+            return F.cross_entropy(m(b[0]), b[1])
+    else:
+        raise ValueError(f"unknown model {name!r}; choose from {', '.join(MODELS)}")
+    init = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    return ZooWorkload(name, model, batches, loss, amp, init)
+
+
 # -- timing: overhead.py's method (a ZooWorkload has the same reset()/step(opt)/model surface) ---------
 timed = _timed_block
 
@@ -267,7 +431,7 @@ def msprobe_worker(spec: dict[str, Any]) -> dict[str, Any]:
     """In a fresh process: this process's baseline first, then msProbe (which cannot be detached)."""
     torch.set_num_threads(spec["threads"])
     use_clock(spec.get("clock", "wall"))
-    wl = make_zoo_workload(spec["model"], spec["seed"])
+    wl = make_zoo_workload(spec["model"], spec["seed"], spec.get("size", "small"))
     local = timed(wl, wl.reset(), spec["steps"], spec["warmup"])
     tmp = tempfile.mkdtemp(prefix="nbdebug_zoo_msprobe_", dir="/tmp")
     try:
@@ -315,6 +479,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-msprobe", action="store_true")
+    ap.add_argument("--size", choices=SIZES, default="small",
+                    help="small configs (per-op bookkeeping dominates) or the models' published sizes")
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                     help="time steps by wall clock, or by this process's CPU time (a shared machine)")
     ap.add_argument("--quick", action="store_true", help="1 round, 2 steps, 1 warm-up")
@@ -335,7 +501,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     levels = [lv for lv in args.levels.split(",") if lv]
     configs = ["baseline"] + [f"nbdebug-{lv}" for lv in levels] + \
         ([] if args.no_msprobe else [f"msprobe-{lv}" for lv in levels])
-    workloads = {m: make_zoo_workload(m, args.seed) for m in models}
+    workloads = {m: make_zoo_workload(m, args.seed, args.size) for m in models}
     clean = {m: _hook_census(wl.model) for m, wl in workloads.items()}
     times: dict[tuple[str, str], list[float]] = {}
     local: dict[tuple[str, str], list[float]] = {}
@@ -351,7 +517,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 else:
                     res = run_msprobe({"model": m, "level": cfg.split("-", 1)[1], "steps": args.steps,
                                        "warmup": args.warmup, "threads": args.threads, "seed": args.seed,
-                                       "clock": args.clock})
+                                       "clock": args.clock, "size": args.size})
                     ms = res["ms"]
                     local.setdefault((m, cfg), []).append(res["local_baseline_ms"])
                 times.setdefault((m, cfg), []).append(ms)

@@ -47,3 +47,21 @@ def test_zoo_bench_side_by_side_with_msprobe(zoo, tmp_path, capsys):
         assert math.isfinite(rows["resnet"][cfg]) and rows["resnet"][cfg] > 0.2, rows
     printed = capsys.readouterr().out
     assert "target mix: median" in printed and "worst at mix: resnet" in printed
+
+
+# the published parameter counts of the configurations ``--size real`` follows
+PUBLISHED_M = {"gpt2": 81.9, "gpt2_ckpt": 81.9, "bert": 28.8, "t5": 60.5, "llama_amp": 68.0, "vit": 5.72,
+               "resnet": 11.69, "mobilenet": 2.54}
+
+
+def test_real_size_zoo_has_the_published_sizes(zoo):
+    for name in zoo.MODELS:
+        wl = zoo.make_zoo_workload(name, size="real")
+        n = sum(p.numel() for p in wl.model.parameters()) / 1e6
+        assert abs(n - PUBLISHED_M[name]) / PUBLISHED_M[name] < 0.01, (name, n)
+        del wl
+    wl = zoo.make_zoo_workload("mobilenet", size="real")
+    opt = wl.reset()
+    assert math.isfinite(wl.step(opt))
+    with pytest.raises(ValueError, match="unknown size"):
+        zoo.make_zoo_workload("gpt2", size="huge")
