@@ -333,6 +333,7 @@ class TorchAdapter(Capture):
             h.remove()
         self._step_handles = []
         self._pop_mode()
+        self.ops.pool.trim()
 
     def thread_exit(self) -> None:
         """The training thread is ending (finished, terminated or failed): close a partial step."""
@@ -420,6 +421,7 @@ class TorchAdapter(Capture):
             mode.adapter = _Inert()  # modes left on other (finished) threads pass through now
         self._modes.clear()
         self._disarmed.clear()
+        self.ops.pool.clear()
 
     # -- L1 mode management -----------------------------------------------------------------------
     def _push_mode(self) -> None:

@@ -16,6 +16,7 @@ NotRetainedError
 
 from __future__ import annotations
 
+import sys
 import weakref
 from typing import Any
 
@@ -26,6 +27,81 @@ from ..core.records import Seen
 from .stats import StatsBuffer
 
 _NO_VERSION = iter(range(-1, -(1 << 62), -1))
+_USE_COUNT = getattr(torch._C, "_storage_Use_Count", None)
+
+
+class CopyPool:
+    """Buffers of private copies no one holds any more, reused for the next copy of the same layout.
+
+    Every step keeps a copy of each parameter the model used (the optimizer overwrites it in place). A
+    fresh allocation of a large CPU tensor is fresh pages from the kernel, and faulting them in costs
+    several times the copy itself; the copies of two steps ago, dropped when the store rotates, have
+    exactly the needed layouts. A buffer comes back only when nothing else holds it (no reference to the
+    tensor, no view of its storage, no NumPy array over it), and buffers not taken again within a step
+    are let go (:meth:`trim`), so the pool holds at most one step's worth of evicted copies.
+
+    >>> pool = CopyPool()
+    >>> a = torch.zeros(128, 128)   # 64 KiB: smaller copies come from malloc's free lists
+    >>> c = pool.copy(a)
+    >>> ptr = c.data_ptr()
+    >>> pool.give(c); del c
+    >>> pool.copy(a + 1).data_ptr() == ptr   # the same memory, new contents
+    True
+    """
+
+    MIN_BYTES = 1 << 16  # smaller copies come from malloc's free lists anyway
+
+    def __init__(self) -> None:
+        self.free: dict[tuple, list[torch.Tensor]] = {}
+        self.idle: dict[tuple, list[torch.Tensor]] = {}  # given back before the last trim: dropped at the next
+        self.reused = 0  # copies made into a recycled buffer (for tests and benches)
+        self.closed = False  # after the Debugger's close: copies still held go back to the allocator
+
+    @staticmethod
+    def _key(t: torch.Tensor) -> tuple | None:
+        if t.device.type != "cpu" or t.layout is not torch.strided or not t.is_contiguous():
+            return None
+        if t.numel() * t.element_size() < CopyPool.MIN_BYTES:
+            return None
+        return (t.dtype, tuple(t.shape))
+
+    def copy(self, t: torch.Tensor) -> torch.Tensor:
+        """A private copy of ``t`` (detached), in a recycled buffer when one of its layout is free."""
+        key = self._key(t)
+        if key is not None:
+            for bins in (self.free, self.idle):
+                stack = bins.get(key)
+                if stack:
+                    try:
+                        buf = stack.pop()  # atomic; another thread may have emptied it since the test
+                    except IndexError:
+                        continue
+                    self.reused += 1
+                    return buf.copy_(t)
+        return t.clone()
+
+    def give(self, buf: torch.Tensor) -> None:
+        """``buf`` (a copy made here) is dropped by its holder; kept for reuse when nothing else holds it.
+        The caller must drop its own reference right after."""
+        key = self._key(buf)
+        if self.closed or key is None or buf._base is not None or buf.is_inference():
+            return
+        # references: the caller's, this frame's argument, getrefcount's own
+        if sys.getrefcount(buf) > 3:
+            return
+        if _USE_COUNT is not None and _USE_COUNT(buf.untyped_storage()._cdata) > 2:
+            return  # a view of its storage lives on (this storage object counts one)
+        self.free.setdefault(key, []).append(buf)
+
+    def trim(self) -> None:
+        """Drop the buffers not reused since the last trim (called at each step end)."""
+        self.idle, self.free = self.free, {}
+
+    def clear(self) -> None:
+        """Let every buffer go; nothing is kept from now on."""
+        self.closed = True
+        self.free.clear()
+        self.idle.clear()
 
 
 def version_of(t: torch.Tensor) -> int:
@@ -42,14 +118,19 @@ class TorchRef:
     ``overwritten_by``: the op that overwrote the value in place after capture without a copy being taken
     (named in the refusal)."""
 
-    __slots__ = ("tensor", "version", "nbytes", "copied", "overwritten_by", "__weakref__")
+    __slots__ = ("tensor", "version", "nbytes", "copied", "overwritten_by", "pool", "__weakref__")
 
-    def __init__(self, t: torch.Tensor, copy: bool, version: int | None = None, nbytes: int | None = None) -> None:
+    def __init__(self, t: torch.Tensor, copy: bool, version: int | None = None, nbytes: int | None = None,
+                 pool: CopyPool | None = None) -> None:
+        self.pool = pool
         with torch._C.DisableTorchFunction():
             self.version = version_of(t) if version is None else version
             copy = copy or self.version < 0  # no version counter: in-place edits are invisible, keep a copy
             self.copied = copy
-            self.tensor = t.detach().clone() if copy else t.detach()
+            if copy:
+                self.tensor = pool.copy(t.detach()) if pool is not None else t.detach().clone()
+            else:
+                self.tensor = t.detach()
             self.nbytes = t.numel() * t.element_size() if nbytes is None else nbytes
         self.overwritten_by: str | None = None
 
@@ -57,8 +138,19 @@ class TorchRef:
         """Take a private copy now (called before an in-place op overwrites the value)."""
         if not self.copied:
             with torch._C.DisableTorchFunction():
-                self.tensor = self.tensor.clone()
+                pool = self.pool
+                self.tensor = pool.copy(self.tensor) if pool is not None else self.tensor.clone()
             self.copied = True
+
+    def __del__(self) -> None:
+        pool = self.pool
+        if pool is not None and self.copied:
+            try:
+                t = self.tensor
+                self.tensor = None
+                pool.give(t)
+            except Exception:  # noqa: BLE001 - interpreter shutdown: nothing to recycle
+                pass
 
     def numpy(self):
         with torch._C.DisableTorchFunction():
@@ -83,15 +175,18 @@ class TorchOps:
     has_versions = True
     version = staticmethod(version_of)
 
+    def __init__(self) -> None:
+        #: buffers of dropped private copies, reused for the next ones (see :class:`CopyPool`)
+        self.pool = CopyPool()
+
     @staticmethod
     def measure(buf: StatsBuffer, t: torch.Tensor, version: int) -> Seen:
         row, dtype, why = buf.add(t)
         n = t.numel()
         return Seen(weakref.ref(t), version, row, dtype, why, tuple(t.shape), n, n * t.element_size())
 
-    @staticmethod
-    def reference(t: torch.Tensor, seen: Seen, copy: bool) -> Any:
-        return TorchRef(t, copy, seen.version, seen.nbytes)
+    def reference(self, t: torch.Tensor, seen: Seen, copy: bool) -> Any:
+        return TorchRef(t, copy, seen.version, seen.nbytes, self.pool)
 
     @staticmethod
     def quiet() -> Any:
