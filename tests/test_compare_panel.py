@@ -56,6 +56,7 @@ def test_rows_are_coloured_by_status(result):
     assert len(p.row_buttons) == len(result.rows)
     for box, btn, row in zip(p.row_boxes, p.row_buttons, p.visible_rows(), strict=True):
         assert btn.style.button_color == COLOURS[row.status]
+        assert btn.tooltip.startswith(f"{row.name}: ")  # the whole name, however narrow the button
         assert f"nbdebug-compare-{row.status}" in box._dom_classes
     statuses = {r.status for r in result.rows}
     assert {"pass", "unmatched"} <= statuses and statuses & {"error", "warning"}

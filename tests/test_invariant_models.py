@@ -408,3 +408,27 @@ def test_an_unproduced_value_inside_a_module_sits_in_its_scope_at_L1():
         inner = next(name for name, scope in inputs.items() if scope == "1")
         assert dbg.graph.edges[(inner, "Tensor.__add__.0.forward")] == [("output.0", "input.1")]
         np.testing.assert_array_equal(dbg.tensor(inner, "output.0"), np.full(4, 0.5, dtype=np.float32))
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_recycled_parameter_copies_describe_the_values_used(level):
+    """Parameters of 64 KiB and more are copied into recycled buffers from the third step on: the whole
+    model's invariant still holds, every step and the one before it."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=128, n_head=2, vocab_size=512, n_positions=16,
+                                       resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))
+    g = torch.Generator().manual_seed(1)
+    batches = [torch.randint(0, 512, (2, 8), generator=g) for _ in range(5)]
+    plain = copy.deepcopy(model)
+    want = train(plain, batches, lambda m, b: m(input_ids=b, labels=b).loss, False)
+    with nbdebug.Debugger(model, level=level) as dbg:
+        def after(i):
+            check_step(dbg, i)
+            if i:
+                check_step(dbg, i - 1)
+
+        got = train(model, batches, lambda m, b: m(input_ids=b, labels=b).loss, False, after)
+        assert dbg._adapter.ops.pool.reused >= 10  # the copies did go into recycled buffers
+    assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))

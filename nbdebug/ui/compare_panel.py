@@ -251,7 +251,8 @@ class ComparePanel:
         page_rows = self._visible[start:start + self.page_size]
         boxes, buttons = [], []
         for r in page_rows:
-            b = W.Button(description=r.name, tooltip="; ".join(r.messages) or r.status,
+            # a long name is cut in the button: its tooltip carries it whole, with why the row has its status
+            b = W.Button(description=r.name, tooltip=f"{r.name}: " + ("; ".join(r.messages) or r.status),
                          layout=W.Layout(width="30%", justify_content="flex-start"))
             b.style.button_color = COLOURS[r.status]
             b.on_click(lambda _b, row=r: self.select(row))

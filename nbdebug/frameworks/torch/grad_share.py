@@ -40,10 +40,15 @@ __all__ = ["consumers", "edge_of", "next_sequence_nr", "share_hooks"]
 _LEAF_SEQ = 2 ** 64 - 1  # AccumulateGrad's sequence number: never created inside a call
 
 
+_PEEK = getattr(torch._C._autograd, "_get_sequence_nr", None)
+
+
 def next_sequence_nr() -> int:
     """The sequence number of the next autograd node this thread creates (nodes with a larger one were
-    created after this call)."""
-    with torch.enable_grad():
+    created after this call): autograd's thread-local counter, read without creating a node."""
+    if _PEEK is not None:
+        return _PEEK()
+    with torch.enable_grad():  # no reader of the counter: make a node and take the number after its own
         leaf = torch.empty(0, requires_grad=True)
         return leaf.view_as(leaf).grad_fn._sequence_nr() + 1
 

@@ -59,9 +59,9 @@ class CopyPool:
 
     @staticmethod
     def _key(t: torch.Tensor) -> tuple | None:
-        if t.device.type != "cpu" or t.layout is not torch.strided or not t.is_contiguous():
+        if t.numel() * t.element_size() < CopyPool.MIN_BYTES:  # first: most copies are small
             return None
-        if t.numel() * t.element_size() < CopyPool.MIN_BYTES:
+        if not t.is_cpu or t.layout is not torch.strided or not t.is_contiguous():
             return None
         return (t.dtype, tuple(t.shape))
 
