@@ -128,13 +128,19 @@ class SqueezeExcite(nn.Module):
 
 
 class InvertedResidual(nn.Module):
-    def __init__(self, cin: int, exp: int, cout: int, stride: int, se: bool) -> None:
+    """MobileNetV3's inverted residual: 1×1 expansion (left out where torchvision's layout has none:
+    ``expand=False`` and ``exp == cin``), k×k depthwise, squeeze-excite, 1×1 projection."""
+
+    def __init__(self, cin: int, exp: int, cout: int, stride: int, se: bool, k: int = 3, hs: bool = True,
+                 expand: bool = True, se_cls: type[nn.Module] | None = None) -> None:
         super().__init__()
-        layers: list[nn.Module] = [nn.Conv2d(cin, exp, 1, bias=False), nn.BatchNorm2d(exp), nn.Hardswish(),
-                                   nn.Conv2d(exp, exp, 3, stride, 1, groups=exp, bias=False), nn.BatchNorm2d(exp),
-                                   nn.Hardswish()]
+        act = nn.Hardswish if hs else nn.ReLU
+        layers: list[nn.Module] = []
+        if expand or exp != cin:
+            layers += [nn.Conv2d(cin, exp, 1, bias=False), nn.BatchNorm2d(exp), act()]
+        layers += [nn.Conv2d(exp, exp, k, stride, k // 2, groups=exp, bias=False), nn.BatchNorm2d(exp), act()]
         if se:
-            layers.append(SqueezeExcite(exp))
+            layers.append((se_cls or SqueezeExcite)(exp))
         layers += [nn.Conv2d(exp, cout, 1, bias=False), nn.BatchNorm2d(cout)]
         self.block = nn.Sequential(*layers)
         self.residual = stride == 1 and cin == cout
@@ -198,27 +204,6 @@ class SqueezeExciteReal(nn.Module):
         return x * self.gate(self.fc2(self.relu(self.fc1(F.adaptive_avg_pool2d(x, 1)))))
 
 
-class Bottleneck(nn.Module):
-    """MobileNetV3's inverted residual: optional 1×1 expansion, k×k depthwise, squeeze-excite, 1×1 projection."""
-
-    def __init__(self, cin: int, k: int, exp: int, cout: int, se: bool, hs: bool, stride: int) -> None:
-        super().__init__()
-        act = nn.Hardswish if hs else nn.ReLU
-        layers: list[nn.Module] = []
-        if exp != cin:
-            layers += [nn.Conv2d(cin, exp, 1, bias=False), nn.BatchNorm2d(exp), act()]
-        layers += [nn.Conv2d(exp, exp, k, stride, k // 2, groups=exp, bias=False), nn.BatchNorm2d(exp), act()]
-        if se:
-            layers.append(SqueezeExciteReal(exp))
-        layers += [nn.Conv2d(exp, cout, 1, bias=False), nn.BatchNorm2d(cout)]
-        self.block = nn.Sequential(*layers)
-        self.residual = stride == 1 and cin == cout
-
-    def forward(self, x):
-        y = self.block(x)
-        return x + y if self.residual else y
-
-
 class MobileNetV3Small(nn.Module):
     """torchvision's MobileNetV3-small layout (2.5 M parameters, 1,000 classes)."""
 
@@ -230,7 +215,9 @@ class MobileNetV3Small(nn.Module):
     def __init__(self, classes: int = 1000) -> None:
         super().__init__()
         self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, 2, 1, bias=False), nn.BatchNorm2d(16), nn.Hardswish())
-        self.blocks = nn.Sequential(*[Bottleneck(*c) for c in self.SETTING])
+        self.blocks = nn.Sequential(*[InvertedResidual(cin, exp, cout, stride, se, k, hs, expand=False,
+                                                       se_cls=SqueezeExciteReal)
+                                      for cin, k, exp, cout, se, hs, stride in self.SETTING])
         self.last = nn.Sequential(nn.Conv2d(96, 576, 1, bias=False), nn.BatchNorm2d(576), nn.Hardswish())
         self.head = nn.Sequential(nn.Linear(576, 1024), nn.Hardswish(), nn.Dropout(0.2), nn.Linear(1024, classes))
 
