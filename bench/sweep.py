@@ -449,16 +449,10 @@ def train(w: Workload, model: nn.Module, after_step: Callable[[int], None] | Non
     return losses
 
 
-def stats_of(arr: np.ndarray) -> np.ndarray:
-    """The session's statistics row for the value ``arr`` (the live reduction, applied to it)."""
-    from nbdebug.frameworks.torch.stats import fields_of
-
-    return fields_of(arr)
-
-
 def value_mismatches(dbg: Any, step: int) -> tuple[list[str], int]:
     """(slots of ``step`` whose ``tensor()`` is not the value ``stats()`` describes, how many were read)."""
     from nbdebug import NotRetainedError
+    from nbdebug.frameworks.torch.stats import fields_of
     from nbdebug.session.stats import FIELDS
 
     table = dbg.session.table(step)
@@ -477,7 +471,7 @@ def value_mismatches(dbg: Any, step: int) -> tuple[list[str], int]:
             continue
         if st.get("unsupported"):
             continue
-        want, got = table.values[i], stats_of(arr)
+        want, got = table.values[i], fields_of(arr)
         if not np.allclose(got, want, rtol=1e-5, atol=1e-6, equal_nan=True):
             diff = {f: (float(a), float(b)) for f, a, b in zip(FIELDS, want, got, strict=True)
                     if not np.isclose(a, b, rtol=1e-5, atol=1e-6, equal_nan=True)}

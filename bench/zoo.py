@@ -99,17 +99,26 @@ class BasicBlock(nn.Module):
 
 
 class ResNet18(nn.Module):
-    """ResNet-18's layout (2-2-2-2 basic blocks), narrow (16-128 channels) for 32×32 inputs."""
+    """ResNet-18's layout (2-2-2-2 basic blocks). Narrow (16-128 channels, a 3×3 stem) for 32×32 inputs; with
+    ``real=True`` torchvision's: a 7×7 stride-2 stem and max-pool, 64-512 channels (11.7 M parameters with
+    1,000 classes)."""
 
-    def __init__(self, classes: int = 10) -> None:
+    def __init__(self, classes: int = 10, real: bool = False) -> None:
         super().__init__()
-        self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, 1, 1, bias=False), nn.BatchNorm2d(16), nn.ReLU(inplace=True))
-        chans, layers, cin = (16, 32, 64, 128), [], 16
+        chans = (64, 128, 256, 512) if real else (16, 32, 64, 128)
+        cin = chans[0]
+        if real:
+            self.stem = nn.Sequential(nn.Conv2d(3, cin, 7, 2, 3, bias=False), nn.BatchNorm2d(cin),
+                                      nn.ReLU(inplace=True), nn.MaxPool2d(3, 2, 1))
+        else:
+            self.stem = nn.Sequential(nn.Conv2d(3, cin, 3, 1, 1, bias=False), nn.BatchNorm2d(cin),
+                                      nn.ReLU(inplace=True))
+        layers = []
         for i, c in enumerate(chans):
             layers.append(nn.Sequential(BasicBlock(cin, c, 1 if i == 0 else 2), BasicBlock(c, c, 1)))
             cin = c
         self.layer1, self.layer2, self.layer3, self.layer4 = layers
-        self.fc = nn.Linear(128, classes)
+        self.fc = nn.Linear(cin, classes)
 
     def forward(self, x):
         x = self.layer4(self.layer3(self.layer2(self.layer1(self.stem(x)))))
@@ -164,26 +173,6 @@ class MobileNetV3(nn.Module):
     def forward(self, x):
         x = self.blocks(self.stem(x))
         return self.head(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
-
-
-class ResNet18Real(nn.Module):
-    """torchvision's ResNet-18 layout: 7×7 stride-2 stem and max-pool, 2-2-2-2 basic blocks of 64-512
-    channels, 1,000 classes (11.7 M parameters)."""
-
-    def __init__(self, classes: int = 1000) -> None:
-        super().__init__()
-        self.stem = nn.Sequential(nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(inplace=True),
-                                  nn.MaxPool2d(3, 2, 1))
-        chans, layers, cin = (64, 128, 256, 512), [], 64
-        for i, c in enumerate(chans):
-            layers.append(nn.Sequential(BasicBlock(cin, c, 1 if i == 0 else 2), BasicBlock(c, c, 1)))
-            cin = c
-        self.layer1, self.layer2, self.layer3, self.layer4 = layers
-        self.fc = nn.Linear(512, classes)
-
-    def forward(self, x):
-        x = self.layer4(self.layer3(self.layer2(self.layer1(self.stem(x)))))
-        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
 
 
 def _divisible(v: float, d: int = 8) -> int:
@@ -395,7 +384,7 @@ def _real_workload(name: str, seed: int) -> ZooWorkload:
         def loss(m, b):
             return m(pixel_values=b[0], labels=b[1]).loss
     elif name in ("resnet", "mobilenet"):
-        model = ResNet18Real() if name == "resnet" else MobileNetV3Small()
+        model = ResNet18(1000, real=True) if name == "resnet" else MobileNetV3Small()
         batches = images(2 if name == "resnet" else 4)
 
         def loss(m, b):
