@@ -1,0 +1,209 @@
+r"""Per-step scalar series for the whole run (the monitor level's data, recorded at every level).
+
+A :class:`Monitor` keeps one float32 column per series — a ``(name, field)`` pair such as
+``("Parameter.fc1.weight", "update_ratio")``, ``("Module.fc1.Linear", "output_norm")`` or
+``("Run", "loss")`` — and one row per step. It is bounded for a run of any length:
+
+- the last ``horizon`` steps (default 10,000) are kept at full resolution, in a ring;
+- older steps are folded into blocks of ``block`` steps (default 10), each keeping the block's **min and
+  max** per series (a spike stays visible; its exact step is within the block).
+
+So 100,000 steps of ~1,400 series (a GPT-2-small's modules and parameters) take about
+``1,400 × (10,000 × 4 + 9,000 × 8)`` bytes ≈ 157 MB. Values beyond float32's range are clamped to its
+largest finite value (never ``inf`` from a cast) and the series is listed in :attr:`Monitor.clamped`.
+
+Series names and fields (see :data:`FIELDS`): a module ``Module.{path}.{Class}`` (PyTorch) or
+``Cell.{path}.{Class}`` (MindSpore) has ``output_norm``, ``output_max_abs``, ``grad_input_norm``; a
+parameter ``Parameter.{path}`` has ``weight_norm``, ``grad_norm``, ``update_norm``, ``update_ratio``
+(``|Δw| / |w|``) and the optimizer's moments ``exp_avg_norm``, ``exp_avg_sq_norm`` (Adam) or
+``momentum_norm`` (SGD); the run, ``Run``, has ``loss``, ``grad_norm_total`` and ``loss_scale``.
+
+>>> import numpy as np
+>>> m = Monitor(horizon=4, block=2)
+>>> for step in range(7):
+...     m.record(step, [("Run", "loss"), ("Parameter.w", "grad_norm")], np.array([10.0 - step, step]))
+>>> steps, values = m.series("Run", "loss")
+>>> steps.tolist(), values.tolist()
+([1, 3, 4, 5, 6], [10.0, 8.0, 6.0, 5.0, 4.0])
+>>> m.series("Run", "loss", reduce="min")[1].tolist()
+[9.0, 7.0, 6.0, 5.0, 4.0]
+>>> m.value(5, "Parameter.w", "grad_norm"), m.value(0, "Parameter.w", "grad_norm")
+(5.0, None)
+>>> m.last_step, len(m)
+(6, 7)
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+
+import numpy as np
+
+#: the fields a series may have, by what it describes
+FIELDS: dict[str, tuple[str, ...]] = {
+    "module": ("output_norm", "output_max_abs", "grad_input_norm"),
+    "parameter": ("weight_norm", "grad_norm", "update_norm", "update_ratio", "exp_avg_norm", "exp_avg_sq_norm",
+                  "momentum_norm"),
+    "run": ("loss", "grad_norm_total", "loss_scale"),
+}
+#: every monitor field name
+ALL_FIELDS: frozenset[str] = frozenset(f for fs in FIELDS.values() for f in fs)
+#: the series name of run-wide values
+RUN = "Run"
+
+_F32_MAX = float(np.finfo(np.float32).max)
+
+Key = tuple[str, str]
+
+
+class Monitor:
+    """Bounded per-step series: full resolution for the last ``horizon`` steps, min/max blocks before."""
+
+    def __init__(self, horizon: int = 10_000, block: int = 10) -> None:
+        if horizon < 2 * block or block < 1:
+            raise ValueError(f"horizon must be >= 2 * block >= 2, got horizon={horizon}, block={block}")
+        self.horizon, self.block = int(horizon), int(block)
+        self._col: dict[Key, int] = {}
+        self.keys: list[Key] = []
+        self._cols = 16
+        self._ring = np.full((self.horizon, self._cols), np.nan, np.float32)
+        self._ring_steps = np.zeros(self.horizon, np.int64)
+        self._head = 0   # ring index of the oldest full-resolution row
+        self._count = 0  # full-resolution rows held
+        self._blocks = 0
+        self._dec_min = np.full((0, self._cols), np.nan, np.float32)
+        self._dec_max = np.full((0, self._cols), np.nan, np.float32)
+        self._dec_steps = np.zeros((0, 2), np.int64)  # first, last step of each block
+        self._cache: tuple[int, np.ndarray] | None = None  # (id of the last key list, its columns)
+        self._cache_keys: Sequence[Key] | None = None
+        #: series that had a value beyond float32's range (clamped to ±3.4e38)
+        self.clamped: set[Key] = set()
+        self.last_step: int | None = None
+        self._total = 0
+
+    def __len__(self) -> int:
+        """Steps recorded (full resolution and folded)."""
+        return self._total
+
+    # -- writing ------------------------------------------------------------------------------------
+    def record(self, step: int, keys: Sequence[Key], values: np.ndarray) -> None:
+        """One step's row: ``values[i]`` is series ``keys[i]`` (missing series are NaN at this step).
+
+        Steps must increase; passing the same ``keys`` object every step makes this a few array ops."""
+        if self.last_step is not None and step <= self.last_step:
+            raise ValueError(f"monitor steps must increase: {step} after {self.last_step}")
+        cols = self._columns(keys)
+        vals = np.asarray(values, dtype=np.float64)
+        big = np.abs(vals) > _F32_MAX
+        if big.any():
+            self.clamped.update(keys[i] for i in np.flatnonzero(big))
+            vals = np.clip(vals, -_F32_MAX, _F32_MAX)
+        if self._count == self.horizon:
+            self._fold()
+        row = (self._head + self._count) % self.horizon
+        self._ring[row] = np.nan
+        self._ring[row, cols] = vals
+        self._ring_steps[row] = step
+        self._count += 1
+        self._total += 1
+        self.last_step = step
+
+    def _columns(self, keys: Sequence[Key]) -> np.ndarray:
+        if self._cache is not None and self._cache_keys is keys and self._cache[0] == len(keys):
+            return self._cache[1]
+        for k in keys:
+            if k not in self._col:
+                self._col[k] = len(self.keys)
+                self.keys.append(k)
+        if len(self.keys) > self._cols:
+            self._widen(-(-len(self.keys) // 64) * 64)  # a little slack, not doubling: bounded memory
+        cols = np.fromiter((self._col[k] for k in keys), np.int64, len(keys))
+        self._cache, self._cache_keys = (len(keys), cols), keys
+        return cols
+
+    def _widen(self, cols: int) -> None:
+        def wider(a: np.ndarray) -> np.ndarray:
+            out = np.full((a.shape[0], cols), np.nan, np.float32)
+            out[:, :a.shape[1]] = a
+            return out
+        self._ring, self._dec_min, self._dec_max = wider(self._ring), wider(self._dec_min), wider(self._dec_max)
+        self._cols = cols
+
+    def _fold(self) -> None:
+        """Fold the oldest ``block`` full-resolution rows into one min/max block."""
+        idx = (self._head + np.arange(self.block)) % self.horizon
+        rows = self._ring[idx]
+        if self._blocks == self._dec_min.shape[0]:
+            grow = max(64, self._blocks // 8)
+            pad = np.full((grow, self._cols), np.nan, np.float32)
+            self._dec_min = np.concatenate([self._dec_min, pad])
+            self._dec_max = np.concatenate([self._dec_max, pad.copy()])
+            self._dec_steps = np.concatenate([self._dec_steps, np.zeros((grow, 2), np.int64)])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns: the series was absent
+            self._dec_min[self._blocks] = np.nanmin(rows, axis=0)
+            self._dec_max[self._blocks] = np.nanmax(rows, axis=0)
+        self._dec_steps[self._blocks] = self._ring_steps[idx[0]], self._ring_steps[idx[-1]]
+        self._blocks += 1
+        self._head = (self._head + self.block) % self.horizon
+        self._count -= self.block
+
+    # -- reading ------------------------------------------------------------------------------------
+    def __contains__(self, key: object) -> bool:
+        return key in self._col
+
+    def names(self, field: str | None = None) -> list[str]:
+        """Series names (those with ``field`` when given), in the order first recorded."""
+        seen: dict[str, None] = {}
+        for n, f in self.keys:
+            if field is None or f == field:
+                seen.setdefault(n, None)
+        return list(seen)
+
+    def fields(self, name: str) -> list[str]:
+        """The fields recorded for series ``name``."""
+        return [f for n, f in self.keys if n == name]
+
+    def recent(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(steps, rows)`` of the full-resolution part, oldest first (rows: steps × series, float32)."""
+        idx = (self._head + np.arange(self._count)) % self.horizon
+        return self._ring_steps[idx], self._ring[idx][:, :len(self.keys)]
+
+    def series(self, name: str, field: str, reduce: str = "max") -> tuple[np.ndarray, np.ndarray]:
+        """``(steps, values)`` of one series over the whole run, NaN-free. A folded block is one point at its
+        last step, its max (``reduce="max"``) or min (``"min"``); unknown series give empty arrays."""
+        col = self._col.get((name, field))
+        if col is None:
+            return np.zeros(0, np.int64), np.zeros(0, np.float64)
+        dec = (self._dec_max if reduce == "max" else self._dec_min)[:self._blocks, col]
+        steps, rows = self.recent()
+        s = np.concatenate([self._dec_steps[:self._blocks, 1], steps])
+        v = np.concatenate([dec, rows[:, col]]).astype(np.float64)
+        keep = ~np.isnan(v)
+        return s[keep], v[keep]
+
+    def value(self, step: int, name: str, field: str) -> float | None:
+        """The full-resolution value of a series at ``step`` (None when not recorded there, or folded)."""
+        col = self._col.get((name, field))
+        if col is None or self._count == 0:
+            return None
+        steps, rows = self.recent()
+        i = int(np.searchsorted(steps, step))
+        if i == len(steps) or steps[i] != step or np.isnan(rows[i, col]):
+            return None
+        return float(rows[i, col])
+
+    def row(self, step: int) -> dict[Key, float]:
+        """Every series' full-resolution value at ``step`` ({} when folded or not recorded)."""
+        steps, rows = self.recent()
+        i = int(np.searchsorted(steps, step))
+        if i == len(steps) or steps[i] != step:
+            return {}
+        return {k: float(v) for k, v in zip(self.keys, rows[i]) if not np.isnan(v)}
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the series (allocated capacity)."""
+        return (self._ring.nbytes + self._ring_steps.nbytes + self._dec_min.nbytes + self._dec_max.nbytes
+                + self._dec_steps.nbytes)
