@@ -48,12 +48,23 @@ def check_budget(value: Any) -> int:
     Traceback (most recent call last):
     ...
     TypeError: memory_budget must be a number of bytes (e.g. 512 * 2**20), got the str '1MiB'
+
+    A float is taken when it is a whole number of bytes (``5e8``); a fraction of a byte is refused:
+
+    >>> check_budget(5e8)
+    500000000
+    >>> check_budget(1.5)
+    Traceback (most recent call last):
+    ...
+    ValueError: memory_budget must be a whole number of bytes (e.g. 512 * 2**20), got 1.5
     """
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise TypeError(f"memory_budget must be a number of bytes (e.g. 512 * 2**20), got the "
                         f"{type(value).__name__} {value!r}")
     if not np.isfinite(value) or value < 0:
         raise ValueError(f"memory_budget must be a finite number of bytes >= 0, got {value!r}")
+    if value != int(value):
+        raise ValueError(f"memory_budget must be a whole number of bytes (e.g. 512 * 2**20), got {value!r}")
     return int(value)
 
 

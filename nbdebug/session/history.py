@@ -13,12 +13,16 @@ from .stats import FIELDS, StatsTable
 
 #: what :class:`History` keeps per output tensor of a step that left the statistics window
 HISTORY_FIELDS: tuple[str, ...] = ("max", "min", "mean", "norm", "nonfinite_count")
+#: the largest finite float32: a step with a finite statistic beyond it is kept as float64
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 class History:
     """Compact statistics of the steps that left the window: per output tensor (inputs are their producers'
     outputs) ``max, min, mean, norm`` and the NaN+Inf count, as float32 (20 bytes a tensor; the key list is
-    shared by steps with the same tensors).
+    shared by steps with the same tensors). A step with a finite statistic beyond float32's range (the
+    norm of a large float32 tensor can exceed 3.4e38) keeps its values as float64 instead: every value
+    stays what was computed (never turned into ``inf``), and no numpy warning reaches the user's output.
 
     >>> from nbdebug.session.stats import StatsTable
     >>> t = StatsTable.from_rows([("n", "output.0"), ("n", "input.0")], ["float32"] * 2, [(2,), (2,)],
@@ -28,6 +32,10 @@ class History:
     (1.0, None)
     >>> h.series(("n", "output.0"), "max")
     ([0, 1], [1.0, 1.0])
+    >>> big = StatsTable.from_rows([("n", "output.0")], ["float32"], [(2,)],
+    ...                            np.array([[1.0, 0, .5, .5, 1e39, 1, 0, 0, 0, 2]]))
+    >>> h.add(2, big); h.get(2, ("n", "output.0"))["norm"], h.steps[2][1].dtype
+    (1e+39, dtype('float64'))
     """
 
     def __init__(self) -> None:
@@ -53,9 +61,12 @@ class History:
             self._last_keys, self._last_rows = table.keys, rows
         self._last_ids = ids
         v = table.values[rows] if rows else np.zeros((0, len(FIELDS)))
-        out = np.empty((len(rows), len(HISTORY_FIELDS)), dtype=np.float32)
-        out[:, 0], out[:, 1], out[:, 2], out[:, 3] = v[:, 0], v[:, 1], v[:, 2], v[:, 4]
-        out[:, 4] = v[:, 6] + v[:, 7] + v[:, 8]
+        kept = v[:, [0, 1, 2, 4]]
+        with np.errstate(all="ignore"):  # NaN/inf statistics are values too: compare without warnings
+            wide = bool(np.any(np.isfinite(kept) & (np.abs(kept) > _FLOAT32_MAX)))
+            out = np.empty((len(rows), len(HISTORY_FIELDS)), dtype=np.float64 if wide else np.float32)
+            out[:, :4] = kept
+            out[:, 4] = v[:, 6] + v[:, 7] + v[:, 8]
         self.steps[step] = (ids, out)
 
     def _row(self, step: int, key: tuple[str, str]) -> int | None:

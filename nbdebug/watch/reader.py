@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from ..session.store import NotRetainedError
 from .nonfinite import first_nonfinite
 from .watchpoints import HitRecord, Watchpoint, resolve_nodes
 
@@ -78,7 +79,20 @@ class Reader:
 
     def tensor(self, node: str, slot: str, step: int | str = "current") -> np.ndarray:
         """The retained (or dumped) value as numpy; ``NotRetainedError`` (a ``LookupError``) says why when absent."""
+        self._check_step_ran(node, slot, step)
         return self.session.tensor(node, slot, step)
+
+    def _check_step_ran(self, node: str, slot: str, step: Any) -> None:
+        """A step number that never ran (nor is in the dump) is said to be so, not "not retained"."""
+        if not isinstance(step, (int, np.integer)) or isinstance(step, bool) or step < 0:
+            return
+        s = self.session
+        step = int(step)
+        if step in s.steps or step in s.history or step in getattr(s, "skipped", {}) or \
+                (step == s.step_index and len(s.recorder)):
+            return
+        when = "has not run yet" if step >= s.step_index else "has no record (neither statistics nor values)"
+        raise NotRetainedError(f"{node} {slot}: step {step} {when}; steps with statistics: {s.step_range()}")
 
     # -- watchpoints ------------------------------------------------------------------------------
     def watch(self, condition: str, nodes: Any = None, **params: Any) -> Watchpoint:

@@ -155,6 +155,8 @@ class WatchManager:
         self._ids = itertools.count(1)
         self.hits: list[HitRecord] = []
         self._initial_done: set[int] = set()
+        #: watchpoints naming nodes, made before any node was captured: checked once the first step ran
+        self._unchecked_selection: set[int] = set()
 
     # -- editing ----------------------------------------------------------------------------------
     def watch(self, condition: str, nodes: str | Iterable[str] | None = None, *, target: Target | None = None,
@@ -169,17 +171,34 @@ class WatchManager:
         self._warn_if_empty(wp)
         return wp
 
-    def _warn_if_empty(self, wp: Watchpoint) -> None:
-        """A selection that names nodes but matches none of those captured so far is most often a typo."""
+    def _warn_if_empty(self, wp: Watchpoint, stacklevel: int = 4) -> None:
+        """A selection that names nodes but matches none of those captured so far is most often a typo.
+        Before any node was captured, the check waits for the first step that ran (:meth:`check`)."""
         graph = self.session.graph
-        if wp.nodes is None or not len(graph) or any(wp.selects(n) for n in graph):
+        self._unchecked_selection.discard(wp.id)
+        if wp.nodes is None:
+            return
+        if not len(graph):
+            self._unchecked_selection.add(wp.id)
+            return
+        if any(wp.selects(n) for n in graph):
             return
         import warnings
 
         shown = ", ".join(repr(p) for p in wp.nodes[:3]) + (" ..." if len(wp.nodes) > 3 else "")
-        warnings.warn(f"watchpoint #{wp.id} ({wp.condition}): nodes={shown} matches nothing among the "
-                      f"{len(graph)} nodes captured so far; it will apply to matching nodes that appear later",
-                      UserWarning, stacklevel=4)
+        warnings.warn(f"watchpoint #{wp.id} ({wp.condition}): nodes={shown} matches no node yet (it matches "
+                      f"nothing among the {len(graph)} nodes captured so far); it will apply to matching nodes "
+                      f"that appear later", UserWarning, stacklevel=stacklevel)
+
+    def _warn_unchecked_selections(self) -> None:
+        """The selections made before the first node was captured, checked now that a step ran."""
+        if not self._unchecked_selection or not len(self.session.graph):
+            return
+        for wid in sorted(self._unchecked_selection):
+            wp = self.watchpoints.get(wid)
+            if wp is not None:
+                self._warn_if_empty(wp, stacklevel=2)
+        self._unchecked_selection.clear()
 
     def get(self, wp: int | Watchpoint) -> Watchpoint:
         key = wp.id if isinstance(wp, Watchpoint) else wp
@@ -201,10 +220,10 @@ class WatchManager:
             merged.update(params)
             user = {k: v for k, v in merged.items() if v is not None}
             w.params = validate(w.condition, user)
-        for name in _patterns(add) or []:
+        for name in _patterns(add, "add") or []:
             w.added.add(name)
             w.removed.discard(name)
-        for name in _patterns(remove) or []:
+        for name in _patterns(remove, "remove") or []:
             w.removed.add(name)
             w.added.discard(name)
         if nodes is not ...:
@@ -255,6 +274,7 @@ class WatchManager:
         table = self.session.table(step)
         found = self._evaluate(step, table, None)
         self.hits = [h for h in self.hits if h.step != step] + found
+        self._warn_unchecked_selections()
         return found
 
     def check_node(self, node: Any, step: int) -> list[HitRecord]:
@@ -385,21 +405,24 @@ def resolve_nodes(graph: Any, nodes: str | Iterable[str]) -> frozenset[str]:
     return frozenset(out)
 
 
-def _patterns(nodes: str | Iterable[str] | None) -> list[str] | None:
+def _patterns(nodes: str | Iterable[str] | None, arg: str = "nodes") -> list[str] | None:
+    """``nodes`` as a list of names/globs (None stays None); errors name the argument ``arg``."""
     if nodes is None:
         return None
     if isinstance(nodes, str):
         nodes = [nodes]
     elif isinstance(nodes, (bytes, dict)) or not isinstance(nodes, Iterable):
-        raise TypeError(f"nodes must be a node name, a glob pattern or a list of them (None: the condition's "
-                        f"category), got the {type(nodes).__name__} {nodes!r}")
+        whole = " (None: the condition's category)" if arg == "nodes" else ""
+        raise TypeError(f"{arg} must be a node name, a glob pattern or a list of them{whole}, got the "
+                        f"{type(nodes).__name__} {nodes!r}")
     out = list(nodes)
     for n in out:
         if not isinstance(n, str):
-            raise TypeError(f"nodes must be names or glob patterns (str), got the {type(n).__name__} {n!r}")
+            raise TypeError(f"{arg} must be names or glob patterns (str), got the {type(n).__name__} {n!r}")
         if not n.strip():
-            raise ValueError("nodes holds an empty name, which matches nothing: give node names or glob "
-                             "patterns (e.g. 'Functional.*'), or None for the condition's category")
+            tail = ", or None for the condition's category" if arg == "nodes" else ""
+            raise ValueError(f"{arg} holds an empty name, which matches nothing: give node names or glob "
+                             f"patterns (e.g. 'Functional.*'){tail}")
     return out
 
 
