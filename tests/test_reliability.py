@@ -143,7 +143,7 @@ def test_deep_nesting_is_a_named_problem(tmp_path):
 
 @pytest.mark.timeout(60)
 def test_devices_fifos_and_huge_files_are_not_read(tmp_path, monkeypatch):
-    import nbdebug.dump.load as L
+    import nbdebug.dump.json_read as L
 
     a = _stat_dump(tmp_path, step=0)
     b = _stat_dump(tmp_path, step=1)

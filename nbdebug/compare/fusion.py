@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..dump.load import parse_name
+from ..dump.names import parse_name
 from ..frameworks.registry import find_backend
 
 _IN = ("input", "parameters")

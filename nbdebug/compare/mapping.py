@@ -30,7 +30,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Callable, Mapping, Sequence
 
-from ..dump.load import parse_name
+from ..dump.names import parse_name
 from ..frameworks.registry import Backend, backend_for_names, backend_named
 
 _MS = backend_named("mindspore")  # class attributes only: mindspore is not imported

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from ..dump.load import parse_name
+from ..dump.names import parse_name
 from ..frameworks.registry import find_backend
 from ..session.stats import COL
 from ..session.store import NotRetainedError

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ..dump.load import require_regular
+from ..dump.json_read import require_regular
 from .mapping import PT_TO_MS_PARAM
 from .metrics import close_report
 from .table import TupleTable
