@@ -27,6 +27,8 @@ _LAZY: dict[str, str] = {
     "compare_weights": "nbdebug.compare.weights:compare_weights",
     "attach": "nbdebug.remote.attach:attach",
     "listen": "nbdebug.remote.hub:listen",
+    # MindSpore's Model.train callback (also dbg.callback()); its old home, frameworks.mindspore.adapter, stays
+    "StepCallback": "nbdebug.frameworks.mindspore.adapter:StepCallback",
 }
 
 __all__ = ["Debugger", "NotRetainedError", *_LAZY]

@@ -334,6 +334,13 @@ class Debugger(Reader):
         """The step in progress (0-based); finished steps are ``0 .. step_index - 1``."""
         return self.session.step_index
 
+    def callback(self) -> Any:
+        """The training-loop callback that makes each step of the framework's own trainer a debugger step:
+        for MindSpore ``model.train(1, ds, callbacks=[dbg.callback()], dataset_sink_mode=False)`` (a
+        :class:`nbdebug.StepCallback`). A ``TypeError`` for a framework whose steps need none (PyTorch: the
+        optimizer's step ends a step)."""
+        return self.backend.train_callback(self)
+
     def step(self) -> None:
         """Mark a step boundary (turns off the automatic boundary at ``optimizer.step()``)."""
         a = self._adapter

@@ -108,6 +108,12 @@ class Backend:
                          on_update: Callable[[Any], Any]) -> Any:
         raise TypeError(f"{self.name} has no loss-scaler probe; track_loss_scale needs a torch.amp.GradScaler")
 
+    def train_callback(self, debugger: Any) -> Any:
+        """The framework trainer's callback that ends a debugger step at each training step
+        (``Debugger.callback()``); frameworks whose optimizer step ends a step need none."""
+        raise TypeError(f"{self.name} needs no training callback: the optimizer's step ends each debugger step "
+                        f"(dbg.step() marks one by hand); Debugger.callback() is for MindSpore's Model.train")
+
     # -- dumps ------------------------------------------------------------------------------------
     #: the module of the msProbe-format dump I/O, relative to the backend's own (``.io``): its class
     #: :attr:`io_class`, ``custom_api_wrapper`` and ``stand_in_model``

@@ -117,6 +117,12 @@ class MindSporeBackend(Backend):
 
         return load_ckpt(source)
 
+    def train_callback(self, debugger: Any) -> Any:
+        """:class:`~nbdebug.frameworks.mindspore.adapter.StepCallback` for ``Model.train``."""
+        from .adapter import StepCallback
+
+        return StepCallback(debugger)
+
     def step_callback(self, debugger: Any) -> Any:
         """msProbe's ``MsprobeStep`` for ``Model.train`` (MindSpore only)."""
         from .io import step_callback
