@@ -63,14 +63,41 @@ $(FRONTEND): $(FRONTEND_SRC) frontend/node_modules/.package-lock.json
 $(FRONTEND_LAB): $(FRONTEND) $(LABEXT)
 	cp $(FRONTEND) $@
 
-labextension: $(LABEXT) $(LABEXT_LINK) $(FRONTEND_LAB)
+# plotly.js (the run timeline's charts) is not bundled: its npm dist file sits beside the bundle, loaded once
+# per page on the first timeline drawn (frontend/src/timeline.ts); export_html inlines it.
+PLOTLY_DIST := frontend/node_modules/plotly.js-cartesian-dist-min/plotly-cartesian.min.js
+PLOTLY := nbdebug/ui/static/plotly-cartesian.min.js
+PLOTLY_LAB := nbdebug/labextension/static/plotly-cartesian.min.js
 
-frontend: $(FRONTEND)
+$(PLOTLY): frontend/node_modules/.package-lock.json
+	mkdir -p $(dir $@)
+	cp $(PLOTLY_DIST) $@
+
+$(PLOTLY_LAB): $(PLOTLY) $(LABEXT)
+	cp $(PLOTLY) $@
+
+labextension: $(LABEXT) $(LABEXT_LINK) $(FRONTEND_LAB) $(PLOTLY_LAB)
+
+frontend: $(FRONTEND) $(PLOTLY)
 
 setup: $(STAMP) labextension
 
+# `make lab LAB_PORT=8890 LAB_TOKEN=secret LAB_ARGS="--ip=0.0.0.0"`: the port (default: the first free one
+# from 8888), the token (default: a new random one) and more JupyterLab options. As root (containers, CI)
+# it passes --allow-root; with no display ($$DISPLAY and $$WAYLAND_DISPLAY unset) or under CI, --no-browser.
+# It prints the URL to open, with its token. Nothing is installed when .venv is up to date.
+LAB_PORT ?= $(shell $(PYTHON) -c 'import socket as s;f=lambda p:s.socket().connect_ex(("127.0.0.1",p))!=0;print(next(p for p in range(8888,8988) if f(p)))')
+LAB_TOKEN ?=
+LAB_ARGS ?=
+
 lab: setup
-	$(VENV)/bin/jupyter lab notebooks/quickstart.ipynb
+	@token="$(LAB_TOKEN)"; [ -n "$$token" ] || token=$$($(PY) -c 'import secrets; print(secrets.token_hex(24))'); \
+	opts="--port=$(LAB_PORT) --ServerApp.port_retries=0 --IdentityProvider.token=$$token"; \
+	if [ "$$(id -u)" = 0 ]; then opts="$$opts --allow-root"; fi; \
+	if { [ -z "$$DISPLAY" ] && [ -z "$$WAYLAND_DISPLAY" ]; } || [ -n "$$CI" ]; then opts="$$opts --no-browser"; fi; \
+	echo "jupyter lab notebooks/quickstart.ipynb $${opts/$$token/<token>} $(LAB_ARGS)"; \
+	echo "nbdebug: open http://localhost:$(LAB_PORT)/lab/tree/notebooks/quickstart.ipynb?token=$$token"; \
+	exec $(VENV)/bin/jupyter lab notebooks/quickstart.ipynb $$opts $(LAB_ARGS)
 
 # Debian's Chromium for the browser tests (playwright drives it; never `playwright install`).
 browser:

@@ -5,6 +5,7 @@
 import { renderGraph } from './graph';
 import { renderHeatmap } from './heatmap';
 import { renderRelations } from './relations';
+import { renderTimeline } from './timeline';
 import { StaticModel, WidgetModel, Msg } from './model';
 
 type Cleanup = () => void;
@@ -13,7 +14,8 @@ type Renderer = (model: WidgetModel, el: HTMLElement) => Cleanup | void;
 const RENDERERS: Record<string, Renderer> = {
   graph: renderGraph,
   heatmap: renderHeatmap,
-  relations: renderRelations
+  relations: renderRelations,
+  timeline: renderTimeline
 };
 
 export function render({ model, el }: { model: WidgetModel; el: HTMLElement }): Cleanup | void {

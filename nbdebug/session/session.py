@@ -220,6 +220,8 @@ class Session:
         node's, the name now stands for another op — the node takes the new scope and stack, and the
         step is noted in ``node.moved``."""
         if self.store_step != self.step_index:
+            if self.live:  # training records again: a step chosen to look at (goto) gives way to it
+                self.current_step = None
             self.store.rotate()
             if self.store_step != self.step_index - 1:  # a step without values in between
                 self.store.rotate()

@@ -45,6 +45,7 @@ from .snapshot import HIDE_RULE, snapshot_html
 from .source import EVENTS, SourceView
 from .tensor_view import TensorView
 from .throttle import _AUTO, Coalescer
+from .timeline_view import TimelineView, scrub_step
 from .watch_panel import WatchPanel
 
 #: which parts of the panel each event makes stale
@@ -99,6 +100,7 @@ class Panel(w.VBox):
         self.hit_list = HitList(src, on_select=self.select, on_view=self.view_hit)
         self.controls = Controls(src, selected=lambda: self.selected, on_action=self._acted) if src.live else None
         self.tensor_view = TensorView(src, on_select=self.select)
+        self.timeline = TimelineView(src, on_scrub=self.scrub, loop=loop)  # the run timeline (closed)
         self.error = w.HTML("")
         self.error.add_class("nbdebug-panel-error")
         # While this widget is drawn, the static snapshot displayed after it is hidden (see ui.snapshot)
@@ -120,7 +122,8 @@ class Panel(w.VBox):
             w.HBox([self.header.widget]
                    + ([self.step_select] if self.step_select is not None else []) + [self.refresh_button],
                    layout=w.Layout(justify_content="space-between", align_items="center")),
-            self.recommend_bar, w.HBox([left, right]), self.tensor_view.widget, self.error, self._hide_snapshot,
+            self.recommend_bar, w.HBox([left, right]), self.timeline.widget, self.tensor_view.widget, self.error,
+            self._hide_snapshot,
         ])
         self.add_class("nbdebug-panel")
         self.add_class("nbdebug-live" if src.live else "nbdebug-offline")
@@ -146,6 +149,10 @@ class Panel(w.VBox):
     def _redraw(self, parts: set[str]) -> None:
         views = {"header": self.header, "controls": self.controls, "graph": self.graph_view,
                  "nodes": self.node_list, "details": self.details, "hits": self.hit_list, "watch": self.watch}
+        # What the views are about to show, taken *before* they read the source: a change while they redraw
+        # (training runs on) then differs from it, and the next poll redraws (taken after, it would be
+        # taken as shown and the panel could keep "running" or an old hit count for good)
+        sig = self._signature()
         for part in ALL_PARTS:
             if part not in parts:
                 continue
@@ -158,7 +165,7 @@ class Panel(w.VBox):
                 self.errors.append(msg)
                 self.error.value = (f"<details><summary style='color:#cf222e'>panel error in {part}</summary>"
                                     f"<pre>{html.escape(msg)}</pre></details>")
-        self._sig = self._signature()
+        self._sig = sig
         if "header" in parts:
             self._show_failure()
             self._follow_pause()
@@ -229,9 +236,18 @@ class Panel(w.VBox):
         self.coalescer.flush()
 
     def refresh(self) -> None:
-        """Redraw every part."""
+        """Redraw every part, then send the browser the whole state of every widget of the panel (not only
+        what changed): the ↻ button, for a browser that missed updates."""
         self.coalescer.mark(*ALL_PARTS)
         self.coalescer.flush()
+        self.hit_list.refresh(force=True)
+        for child in [self, *_descendants(self)]:
+            if getattr(child, "comm", None) is None:
+                continue
+            if hasattr(child, "recorded") and hasattr(child, "greeted"):  # a FrontendWidget: its data again
+                child.receive({"type": "hello"})
+            else:
+                child.send_state()
 
     def _signature(self) -> tuple:
         src = self.source
@@ -282,6 +298,17 @@ class Panel(w.VBox):
         dd.add_class("nbdebug-step-select")
         dd.observe(lambda ch: self.goto(ch["new"]) if ch["new"] is not None else None, names="value")
         return dd
+
+    def scrub(self, step: int) -> str | None:
+        """Show ``step`` in every view (a click on the timeline), live too while training is not running;
+        returns why not when its statistics are not kept (``-1``: the latest step again)."""
+        if step < 0:
+            self.refresh()
+            return None
+        why = scrub_step(self.source, step)
+        if why is None:
+            self.goto(step)
+        return why
 
     def goto(self, step: int) -> None:
         """Offline: show ``step`` in every view (what the step selector does)."""
@@ -353,6 +380,7 @@ class Panel(w.VBox):
                 off()
             self._subs = []
             tv = self.tensor_view  # its figures join the widget tree only when it first opens
+            self.timeline.close()
             for child in _descendants(self) + [tv.heatmap, tv.relations]:
                 child.close()
         super().close()
