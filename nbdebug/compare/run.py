@@ -30,7 +30,6 @@ Example (with dumps on disk)::
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -38,18 +37,9 @@ from typing import Any
 import numpy as np
 
 from ..dump.names import parse_name
-from ..frameworks.registry import find_backend
-from ..session.stats import COL
 from ..session.store import NotRetainedError
-from .fusion import bias_fusions, fuse
-from .mapping import NodeDesc, canonical_slot, framework_of_names, match_nodes
-from .metrics import TensorMetrics, stats_diff, tensor_metrics
+from .passes import _Side, fill_stats, flag_tensors, messages, node_rules, pair_nodes, pair_rows, tensor_pass
 from .result import CompareResult, CompareRow, Divergence
-
-_STAT_COLS = [COL["max"], COL["min"], COL["mean"], COL["norm"]]
-_INPUT_RATIO_MIN, _OUTPUT_RATIO_MAX = 0.9, 0.6
-_IN_NORM_MAX, _OUT_NORM_MIN = 0.1, 0.5
-_WARN_FACTOR = 10.0
 
 
 def _as_session(x: Any) -> tuple[Any, Any]:
@@ -96,41 +86,6 @@ def _pick_steps(t: Any, g: Any, step: int | None, golden_step: int | None) -> tu
     return int(step), int(golden_step)
 
 
-def _framework(sess: Any, names: list[str]) -> str:
-    found = find_backend(str(getattr(sess, "framework", "") or ""))
-    return found.name if found is not None else framework_of_names(names)
-
-
-def _rows_by_node(table: Any) -> tuple[list[str], dict[str, list[tuple[str, int]]]]:
-    order: list[str] = []
-    by: dict[str, list[tuple[str, int]]] = {}
-    for i, (node, slot) in enumerate(table.keys):
-        lst = by.get(node)
-        if lst is None:
-            lst = by[node] = []
-            order.append(node)
-        lst.append((slot, i))
-    return order, by
-
-
-def _descs(sess: Any, table: Any, order: list[str], by: dict[str, list[tuple[str, int]]],
-           fused: dict[str, tuple[str, str]]) -> list[NodeDesc]:
-    out = []
-    nodes = sess.graph.nodes
-    for name in order:
-        node = nodes.get(name)
-        info = parse_name(name)
-        kind = node.kind if node is not None else info.kind
-        section = node.section if node is not None else ("backward" if info.direction != "forward" else "forward")
-        op_type = node.op_type if node is not None else info.op_type
-        outs = tuple(table.shapes[i] for s, i in by[name] if not s.startswith(("input", "parameters")))
-        desc = NodeDesc(name, kind, section, op_type, outs, node.scope if node is not None else None)
-        if name in fused:
-            desc.api = fused[name][1]
-        out.append(desc)
-    return out
-
-
 def _value(sess: Any, step: int, node: str, slot: str) -> np.ndarray | None:
     files = getattr(sess, "files", None)
     if files is not None and (node, slot) not in files.get(step, {}):
@@ -155,205 +110,29 @@ def compare(target: Any, golden: Any, match: str = "exact",
     step, golden_step: which steps to compare (default: the first step both runs have).
     mode: ``"auto"`` (tensor metrics where both values are available), ``"tensor"`` or ``"statistics"``.
     cosine_min, atol, rtol, noise: divergence thresholds (see the module docstring).
+
+    The work is a sequence of numbered passes over one :class:`~nbdebug.compare.passes.CompareState`
+    (:mod:`nbdebug.compare.passes`): pair the nodes, pair their rows, fill the statistics, tensor metrics,
+    per-tensor flags, node rules, messages.
     """
     if mode not in ("auto", "tensor", "statistics"):
         raise ValueError(f"mode must be 'auto', 'tensor' or 'statistics', got {mode!r}")
     tsess, _ = _as_session(target)
     gsess, _ = _as_session(golden)
     ts, gs = _pick_steps(tsess, gsess, step, golden_step)
-    ttab, gtab = tsess.table(ts), gsess.table(gs)
-    t_order, t_by = _rows_by_node(ttab)
-    g_order, g_by = _rows_by_node(gtab)
-    tfw, gfw = _framework(tsess, t_order), _framework(gsess, g_order)
-    cross = tfw != gfw
-    t_fused = bias_fusions(tsess, tfw, t_order, t_by, ttab.shapes) if cross else {}
-    g_fused = bias_fusions(gsess, gfw, g_order, g_by, gtab.shapes) if cross else {}
-    t_src, g_src = fuse(t_fused, t_order, t_by), fuse(g_fused, g_order, g_by)  # (node, slot) -> where its value is
-    pairs, un_t, un_g = match_nodes(_descs(tsess, ttab, t_order, t_by, t_fused),
-                                    _descs(gsess, gtab, g_order, g_by, g_fused),
-                                    how=match, mapping=mapping, target_framework=tfw, golden_framework=gfw,
-                                    cross=cross)
-    pair_of = {t: (g, how) for t, g, how in pairs}
-
-    # -- rows ---------------------------------------------------------------------------------------
-    rows: list[CompareRow] = []
-    ti: list[int] = []  # target table row of each CompareRow (-1: none)
-    gi: list[int] = []
-    for order, node in enumerate(t_order):
-        pg = pair_of.get(node)
-        if pg is None:
-            for slot, i in t_by[node]:
-                rows.append(CompareRow(node, None, slot, None, status="unmatched", order=order))
-                ti.append(i)
-                gi.append(-1)
-            continue
-        gname, how = pg
-        g_slots = {canonical_slot(s, gfw, cross): (s, i) for s, i in g_by[gname]}
-        for slot, i in t_by[node]:
-            hit = g_slots.pop(canonical_slot(slot, tfw, cross), None)
-            if hit is None:
-                rows.append(CompareRow(node, gname, slot, None, status="unmatched", order=order, matched_by=how))
-                ti.append(i)
-                gi.append(-1)
-            else:
-                row = CompareRow(node, gname, slot, hit[0], order=order, matched_by=how)
-                for side, fw, key in (("target", tfw, (node, slot)), ("golden", gfw, (gname, hit[0]))):
-                    src = (t_src if side == "target" else g_src).get(key)
-                    if src is not None:
-                        row.messages.append(f"{side} value: {src[1]} of {src[0]} ({fw} adds the bias in an op "
-                                            f"of its own)")
-                rows.append(row)
-                ti.append(i)
-                gi.append(hit[1])
-        for s, i in g_slots.values():  # golden slots with no target counterpart
-            rows.append(CompareRow(None, gname, s, s, status="unmatched", order=order, matched_by=how))
-            ti.append(-1)
-            gi.append(i)
-    end = len(t_order)
-    for node in un_g:
-        for slot, i in g_by[node]:
-            rows.append(CompareRow(None, node, slot, slot, status="unmatched", order=end))
-            ti.append(-1)
-            gi.append(i)
-
-    tia = np.asarray(ti, dtype=np.intp)
-    gia = np.asarray(gi, dtype=np.intp)
-    has_t, has_g = tia >= 0, gia >= 0
-    both = has_t & has_g
-    nan4 = np.full((len(rows), 4), np.nan)
-    T = nan4.copy()
-    G = nan4.copy()
-    if len(ttab):
-        T[has_t] = ttab.values[tia[has_t]][:, _STAT_COLS]
-    if len(gtab):
-        G[has_g] = gtab.values[gia[has_g]][:, _STAT_COLS]
-    diff, rel = stats_diff(T, G)
-    rel_frac = rel / 100.0
-
-    t_dtypes, g_dtypes, t_shapes, g_shapes = ttab.dtypes, gtab.dtypes, ttab.shapes, gtab.shapes
-    t_list, g_list, d_list, r_list = T.tolist(), G.tolist(), diff.tolist(), rel.tolist()
-    for k, r in enumerate(rows):
-        if has_t[k]:
-            r.target_dtype, r.target_shape, r.target_stats = t_dtypes[ti[k]], t_shapes[ti[k]], tuple(t_list[k])
-        if has_g[k]:
-            r.golden_dtype, r.golden_shape, r.golden_stats = g_dtypes[gi[k]], g_shapes[gi[k]], tuple(g_list[k])
-        if both[k]:
-            r.stat_diff, r.stat_rel_pct = tuple(d_list[k]), tuple(r_list[k])
-
-    # -- tensor metrics -------------------------------------------------------------------------------
-    tensor_rows = np.zeros(len(rows), dtype=bool)
+    st = pair_nodes(_Side(tsess, ts), _Side(gsess, gs), match, mapping)   # 1
+    pair_rows(st)                                                         # 2
+    fill_stats(st)                                                        # 3
     if mode != "statistics":
-        for k in np.flatnonzero(both).tolist():
-            r = rows[k]
-            a = _value(tsess, ts, *t_src.get((r.target, r.slot), (r.target, r.slot)))
-            b = _value(gsess, gs, *g_src.get((r.golden, r.golden_slot), (r.golden, r.golden_slot))) \
-                if a is not None else None
-            if a is None or b is None:
-                if mode == "tensor":
-                    r.messages.append("tensor mode: no value on the " + ("target" if a is None else "golden")
-                                      + " side; compared by statistics")
-                continue
-            m: TensorMetrics = tensor_metrics(a, b)
-            r.cosine, r.euc_dist, r.max_abs_err, r.max_rel_err, r.one_thousandth, r.five_thousandths = m.as_tuple()
-            if m.message:
-                r.messages.append(m.message)
-            tensor_rows[k] = True
-    for k, r in enumerate(rows):
-        if both[k]:
-            r.mode = "tensor" if tensor_rows[k] else "statistics"
-
-    # -- flags --------------------------------------------------------------------------------------
-    errors: list[list[str]] = [[] for _ in rows]
-    warns: list[list[str]] = [[] for _ in rows]
-    t_bad = ~np.isfinite(T[:, 0]) | ~np.isfinite(T[:, 1])
-    g_fin = np.isfinite(G[:, 0]) & np.isfinite(G[:, 1])
-    naninf = both & t_bad & g_fin & ~np.isnan(G[:, 0])
-    for k in np.flatnonzero(naninf).tolist():
-        errors[k].append(f"target Max/Min is NaN/Inf ({_g(T[k, 0])}, {_g(T[k, 1])}) where the golden's are finite")
-    for k in np.flatnonzero(both).tolist():
-        r = rows[k]
-        if r.target_dtype != r.golden_dtype:
-            errors[k].append(f"dtype differs: {r.target_dtype} vs golden {r.golden_dtype}")
-        if r.target_shape != r.golden_shape:
-            errors[k].append(f"shape differs: {list(r.target_shape or ())} vs golden {list(r.golden_shape or ())}")
-
-    # divergence of single tensors
-    scale = np.maximum(np.abs(G[:, 0]), np.abs(G[:, 1]))
-    with np.errstate(invalid="ignore"):
-        cos = np.array([r.cosine for r in rows])
-        mae = np.array([r.max_abs_err for r in rows])
-        tdiv = tensor_rows & ((cos <= cosine_min) | (mae > atol * np.maximum(1.0, np.nan_to_num(scale))))
-        tol = rtol * np.stack([scale, scale, scale, np.abs(G[:, 3])], axis=1) + 1e-12
-        sdiv = both & ~tensor_rows & np.any(np.abs(diff) > tol, axis=1)
-        sdiv |= both & ~tensor_rows & np.any(np.isnan(diff) & ~(np.isnan(T) & np.isnan(G)), axis=1)
-    for k in np.flatnonzero(tdiv | sdiv).tolist():
-        r = rows[k]
-        r.diverged = True
-        if tensor_rows[k]:
-            warns[k].append(f"differs from golden: Cosine {_g(r.cosine)}, MaxAbsErr {_g(r.max_abs_err)}")
-        else:
-            worst = int(np.nanargmax(np.where(np.isnan(rel[k]), -1, rel[k]))) if np.any(~np.isnan(rel[k])) else 3
-            names = ("Max", "Min", "Mean", "Norm")
-            warns[k].append(f"differs from golden: {names[worst]} {_g(T[k, worst])} vs {_g(G[k, worst])} "
-                            f"({_g(rel[k, worst])}%)")
-
-    # node-level rules: inputs agree, outputs do not
-    is_in = [r.slot.startswith(("input", "parameters")) for r in rows]
-    by_node: dict[str, list[int]] = {}
-    for k in np.flatnonzero(both).tolist():
-        by_node.setdefault(rows[k].target, []).append(k)
-    for _node, ks in by_node.items():
-        ins = [k for k in ks if is_in[k]]
-        outs = [k for k in ks if not is_in[k]]
-        if not ins or not outs:
-            continue
-        in_ratio = [rows[k].one_thousandth for k in ins if tensor_rows[k] and not math.isnan(rows[k].one_thousandth)]
-        if in_ratio and min(in_ratio) > _INPUT_RATIO_MIN:
-            for k in outs:
-                v = rows[k].one_thousandth
-                if tensor_rows[k] and not math.isnan(v) and v < _OUTPUT_RATIO_MAX:
-                    errors[k].append(f"inputs agree (One Thousandth Err Ratio > {_INPUT_RATIO_MIN}) but this output's "
-                                     f"is {_g(v)} < {_OUTPUT_RATIO_MAX}")
-        in_norm = [rel_frac[k, 3] for k in ins if not math.isnan(rel_frac[k, 3])]
-        if in_norm:
-            in_max = max(in_norm)
-            for k in outs:
-                v = rel_frac[k, 3]
-                if math.isnan(v):
-                    continue
-                if in_max < _IN_NORM_MAX and v > _OUT_NORM_MIN:
-                    errors[k].append(f"inputs' Norm relative difference {_pct(in_max)} < 10% but this output's "
-                                     f"is {_pct(v)} > 50%")
-                elif v > noise and (v > _WARN_FACTOR * in_max):
-                    warns[k].append(f"Norm relative difference {_pct(v)} is over 10x the inputs' ({_pct(in_max)})")
-        in_cos = [rows[k].cosine for k in ins if tensor_rows[k] and not math.isnan(rows[k].cosine)]
-        if in_cos and min(in_cos) > 0.9:
-            for k in outs:
-                v = rows[k].cosine
-                if tensor_rows[k] and not math.isnan(v) and min(in_cos) - v > 0.1:
-                    warns[k].append(f"inputs' Cosine > 0.9 but this output's is {_g(v)} (more than 0.1 lower)")
-
-    for k, r in enumerate(rows):
-        if r.status == "unmatched":
-            if r.target is None:
-                r.messages.append("no target tensor matches this golden tensor")
-            elif r.golden is None:
-                r.messages.append("no golden node matches this node")
-            else:
-                r.messages.append(f"golden node {r.golden} has no slot {r.slot}")
-            continue
-        e, w = errors[k], warns[k]
-        if e:
-            r.status = "error"
-        elif w:
-            r.status = "warning"
-        if e or w:
-            r.messages = e + w + r.messages
-
-    first = _first_divergence(rows, t_order, tsess, ts)
+        tensor_pass(st, mode, _value)                                     # 4
+    flag_tensors(st, cosine_min, atol, rtol)                              # 5
+    node_rules(st, noise)                                                 # 6
+    messages(st)                                                          # 7
+    rows = st.rows
+    first = _first_divergence(rows, st.t.order, tsess, ts)
     return CompareResult(rows, target=tsess, golden=gsess, target_step=ts, golden_step=gs, match=match, mode=mode,
-                         unmatched_target=un_t, unmatched_golden=un_g, pairs=pairs, first_divergence=first,
-                         target_framework=tfw, golden_framework=gfw)
+                         unmatched_target=st.unmatched_t, unmatched_golden=st.unmatched_g, pairs=st.pairs,
+                         first_divergence=first, target_framework=st.t.framework, golden_framework=st.g.framework)
 
 
 def _first_divergence(rows: list[CompareRow], order: list[str], sess: Any, step: int) -> Divergence | None:
@@ -375,11 +154,3 @@ def _first_divergence(rows: list[CompareRow], order: list[str], sess: Any, step:
         reasons = tuple(m for r in outs for m in r.messages)
         return Divergence(node, outs[0].golden, step, pos, tuple(r.slot for r in outs), reasons, layer)
     return None
-
-
-def _g(x: float) -> str:
-    return "N/A" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.6g}"
-
-
-def _pct(frac: float) -> str:
-    return f"{frac * 100:.4g}%"
