@@ -78,12 +78,6 @@ def _spelling(framework: str, cross: bool) -> Backend | None:
     return b if b.param_to_torch or b.api_to_torch or b.prefix_to_torch else None
 
 
-def param_name(name: str, framework: str, cross: bool) -> str:
-    """A parameter (or parameter-gradient slot) name in PyTorch's spelling."""
-    b = _spelling(framework, cross)
-    return b.torch_param(name) if b is not None else name
-
-
 def canonical_slot(slot: str, framework: str, cross: bool) -> str:
     """``parameters.gamma`` → ``parameters.weight`` (and ``gamma`` → ``weight``) across frameworks."""
     b = _spelling(framework, cross)
@@ -312,10 +306,3 @@ def _align(ts: list[NodeDesc], gs: list[NodeDesc]) -> list[tuple[NodeDesc, NodeD
                     j += 1
     return out
 
-
-def describe_mapping(pairs: list[tuple[str, str, str]]) -> dict[str, int]:
-    """How many pairs each rule produced."""
-    out: dict[str, int] = {}
-    for _, _, how in pairs:
-        out[how] = out.get(how, 0) + 1
-    return out

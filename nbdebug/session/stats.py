@@ -119,5 +119,3 @@ class StatsTable:
         i = self.index[(node, slot)]
         return row_to_mapping(self.dtypes[i], self.shapes[i], self.values[i])
 
-    def slots_of(self, node: str) -> list[str]:
-        return [s for (n, s) in self.keys if n == node]

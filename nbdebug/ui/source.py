@@ -243,9 +243,6 @@ class SourceView:
                 return name
         return keys[-1][0] if len(keys) else None
 
-    def current_step_with_data(self) -> int:
-        return last_step(self.obj.session)
-
     # -- reading ----------------------------------------------------------------------------------
     @property
     def hits(self) -> list[HitRecord]:
