@@ -161,3 +161,36 @@ def test_row_tree_paths() -> None:
     assert tree.visible([]) == [("a", 0, True), ("b", 0, False), ("Run", 0, False)]
     assert tree.visible(["a"])[1:3] == [("a.0", 1, False), ("a.1", 1, False)]
     assert tree.label("a") == "a (Seq)"
+
+
+def test_job_timeline_ranks_by_steps_click_selects_rank_and_step() -> None:
+    from nbdebug.job import Job
+    from nbdebug.offline import OfflineSession
+    from nbdebug.session.stats import StatsTable
+    from nbdebug.ui.job_panel import JobPanel
+
+    def rank(scale: float) -> OfflineSession:
+        s = Session(framework="pytorch", live=False, stats_window=None)
+        s.node("Module.fc.Linear.forward.0", kind="module", op_type="Linear")
+        for step in range(30):
+            v = scale * (1.0 + step) if step >= 20 else 1.0 + step
+            t = StatsTable.from_rows([("Module.fc.Linear.forward.0", "output.0")], ["float32"], [(2,)],
+                                     np.array([[v, 0, v / 2, v / 2, v, 0, 0, 0, 0, 2]]))
+            s.steps[step] = t
+        s.step_index = 30
+        return OfflineSession(s)
+
+    job = Job({0: rank(1.0), 1: rank(1e3), 2: rank(1.0)})
+    jp = JobPanel(job, loop=None)
+    tl = jp.timeline
+    tl.timeline.field = "norm"
+    tl.show()
+    msg = tl.figure.recorded()[-1]
+    assert [r[0] for r in msg["rows"]] == ["0", "1", "2"] and msg["shape"] == [3, 30]
+    heat = tl.figure.recorded_buffers("timeline")
+    values = np.frombuffer(heat[2], np.float32).reshape(3, 30)
+    assert values[1, 25] == pytest.approx(26_000) and values[0, 25] == pytest.approx(26)  # rank 1 ×1e3 from 20
+    tl.figure.receive({"type": "scrub", "first": 21, "last": 21, "row": "1"})
+    assert jp.rank == 1 and jp.panel.source.step == 21
+    assert jp.panel.header.step.value == "21"
+    jp.close()

@@ -118,6 +118,7 @@ export function figure(m: TimelineMsg, bufs: unknown[], width: number): { data: 
     text.push(tr);
   }
   const labels = m.rows.map(r => r[0]);
+  const ys = m.rows.map((_r, i) => i); // rows by index: paths such as "2.0" are not categories plotly keeps apart
   const hits = m.hits ?? [];
   const colOf = (s: number) => {
     let lo = 0, hi = first.length - 1;
@@ -127,11 +128,11 @@ export function figure(m: TimelineMsg, bufs: unknown[], width: number): { data: 
   const selRow = labels.indexOf(m.selected ?? '');
   const onLine = hits.filter(h => h[1] === selRow || h[1] < 0);
   const data: any[] = [
-    { type: 'heatmap', x, y: labels, z, text, hoverinfo: 'text', colorscale: 'Viridis', xaxis: 'x', yaxis: 'y',
+    { type: 'heatmap', x, y: ys, z, text, hoverinfo: 'text', colorscale: 'Viridis', xaxis: 'x', yaxis: 'y',
       zsmooth: false, hoverongaps: false, name: 'heatmap',
       colorbar: { len: 0.55, y: 1, yanchor: 'top', thickness: 10, title: { text: m.log ? 'log₁₀' : '', side: 'right' } } },
     { type: 'scatter', mode: 'markers', x: hits.filter(h => h[1] >= 0).map(h => h[0]),
-      y: hits.filter(h => h[1] >= 0).map(h => labels[h[1]]), xaxis: 'x', yaxis: 'y', name: 'hits',
+      y: hits.filter(h => h[1] >= 0).map(h => h[1]), xaxis: 'x', yaxis: 'y', name: 'hits',
       marker: { symbol: 'x-thin', size: 9, line: { width: 2, color: '#cf222e' } },
       text: hits.filter(h => h[1] >= 0).map(h => `${h[2]} ${h[3]} step ${h[0]}`), hoverinfo: 'text' },
     { type: 'scatter', mode: 'lines', x, y: blo, xaxis: 'x', yaxis: 'y2', line: { width: 0 }, hoverinfo: 'skip',
@@ -163,7 +164,7 @@ export function figure(m: TimelineMsg, bufs: unknown[], width: number): { data: 
                   line: { color: '#9a6700', width: 1, dash: 'dot' } });
   }
   const annotations = m.rows.map((r, i) => ({
-    xref: 'paper', yref: 'y', x: 0, y: r[0], xanchor: 'right', showarrow: false, captureevents: true,
+    xref: 'paper', yref: 'y', x: 0, y: i, xanchor: 'right', showarrow: false, captureevents: true,
     xshift: -4, font: { size: 11, color: r[0] === m.selected ? '#0969da' : '#1f2328' },
     text: `${'\u2003'.repeat(r[2])}${r[3] ? (r[4] ? '▾ ' : '▸ ') : '\u2002 '}${esc(r[1])}`,
     hovertext: r[3] ? `${r[0]}: click to ${r[4] ? 'close' : 'open'}` : r[0]
@@ -180,8 +181,8 @@ export function figure(m: TimelineMsg, bufs: unknown[], width: number): { data: 
     hovermode: 'closest', dragmode: 'zoom', uirevision: m.field,
     xaxis: { range: [range[0] - pad, range[1] + pad], title: { text: 'step', standoff: 4 }, anchor: 'y2',
              showspikes: true, spikemode: 'across', spikethickness: 1, spikecolor: '#8c959f' },
-    yaxis: { domain: [linePx / (heatPx + linePx) + 0.06, 1], autorange: 'reversed', showticklabels: false,
-             type: 'category', fixedrange: true },
+    yaxis: { domain: [linePx / (heatPx + linePx) + 0.06, 1], range: [nrows - 0.5, -0.5], showticklabels: false,
+             showgrid: false, zeroline: false, fixedrange: true },
     yaxis2: { domain: [0, linePx / (heatPx + linePx)], type: m.log ? 'log' : 'linear', exponentformat: 'power',
               title: { text: m.field, font: { size: 11 } } },
     shapes, annotations,
@@ -224,7 +225,7 @@ export function renderTimeline(model: WidgetModel, el: HTMLElement): () => void 
       let c: number;
       if (tr === 'heatmap') c = Array.isArray(p.pointIndex) ? p.pointIndex[1] : p.pointNumber?.[1] ?? 0;
       else c = nearestCol(Number(p.x));
-      const row = tr === 'heatmap' ? String(p.y) : null;
+      const row = tr === 'heatmap' ? last.m.rows[Number(p.y)]?.[0] ?? null : null;
       const span = { first: firstCols[c] ?? Math.round(Number(p.x)), last: lastCols[c] ?? Math.round(Number(p.x)) };
       model.send({ type: 'scrub', step: span.last, ...span, row });
     });

@@ -46,6 +46,7 @@ from typing import Any
 
 import ipywidgets as w
 
+from .job_timeline import JobTimelineView
 from .panel import SNAPSHOT_SECONDS, Panel
 from .snapshot import snapshot_html
 from .source import EVENTS, SourceView
@@ -106,8 +107,10 @@ class JobPanel(w.VBox):
         compare = w.HBox([w.HTML("<b>Compare</b>&nbsp;"), self.compare_a, w.HTML("&nbsp;vs&nbsp;"),
                           self.compare_b, self.compare_step, self.compare_button],
                          layout=w.Layout(align_items="center"))
+        #: ranks × steps of one series; a click selects that rank and step (closed until toggled)
+        self.timeline = JobTimelineView(job, on_pick=self.pick)
         self._bar = w.VBox(([self.processes] if self.buttons else []) + [bar, self.overview, compare,
-                                                                         self.compare_box])
+                                                                         self.compare_box, self.timeline.widget])
         self._bar.add_class("nbdebug-job-bar")
         super().__init__([self._bar])
         self.add_class("nbdebug-job-panel")
@@ -196,6 +199,13 @@ class JobPanel(w.VBox):
         self._snapshot_at = 0.0  # the saved state follows the rank shown
         self._update_snapshot()
         return panel
+
+    def pick(self, rank: Any, step: int) -> str | None:
+        """Select ``rank`` and show its ``step`` (a click on the ranks × steps timeline); why not, if not."""
+        panel = self.select_rank(rank)
+        why = panel.scrub(step)
+        panel.timeline.note.value = "" if why is None else f"<span style='color:#9a6700'>⚠ {html.escape(why)}</span>"
+        return why
 
     def show_first(self) -> Any:
         """Show the first non-finite origin: its rank, its step (offline) and its node selected."""
