@@ -96,7 +96,7 @@ lab: setup
 	if [ "$$(id -u)" = 0 ]; then opts="$$opts --allow-root"; fi; \
 	if { [ -z "$$DISPLAY" ] && [ -z "$$WAYLAND_DISPLAY" ]; } || [ -n "$$CI" ]; then opts="$$opts --no-browser"; fi; \
 	echo "jupyter lab notebooks/quickstart.ipynb $${opts/$$token/<token>} $(LAB_ARGS)"; \
-	echo "nbdebug: open http://localhost:$(LAB_PORT)/lab/tree/notebooks/quickstart.ipynb?token=$$token"; \
+	echo "nbdebug: open http://localhost:$(LAB_PORT)/lab/tree/quickstart.ipynb?token=$$token"; \
 	exec $(VENV)/bin/jupyter lab notebooks/quickstart.ipynb $$opts $(LAB_ARGS)
 
 # Debian's Chromium for the browser tests (playwright drives it; never `playwright install`).
