@@ -1,4 +1,4 @@
-"""Build hooks: the optional native statistics kernel (nbdebug._fastats) and the prebuilt lab extension.
+"""Build hooks: the optional native statistics kernel (nbdebug.frameworks._fastats), the prebuilt lab extension.
 
 Project metadata lives in pyproject.toml.  The extension is optional: without a C compiler the
 install still succeeds and nbdebug falls back to the pure-framework statistics path.
@@ -41,7 +41,7 @@ setup(
     data_files=labextension_data_files(),
     ext_modules=[
         Extension(
-            "nbdebug._fastats",
+            "nbdebug.frameworks._fastats",
             ["nbdebug/frameworks/_fastats.c"],
             extra_compile_args=extra_compile_args,
             optional=True,

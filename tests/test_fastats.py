@@ -1,4 +1,4 @@
-"""Tests for the native single-pass statistics kernel ``nbdebug._fastats``.
+"""Tests for the native single-pass statistics kernel ``nbdebug.frameworks._fastats``.
 
 Every case is checked against numpy on the same data converted to float64, for each SIMD code path
 the CPU supports (generic C, AVX2, AVX-512).
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from nbdebug import _fastats  # `make test` builds it; its absence is a failure here
+from nbdebug.frameworks import _fastats  # `make test` builds it; its absence is a failure here
 
 CODES = {
     torch.float32: _fastats.FLOAT32,

@@ -1,5 +1,5 @@
 /*
- * nbdebug._fastats -- single-pass tensor statistics kernel.
+ * nbdebug.frameworks._fastats -- single-pass tensor statistics kernel.
  *
  * Plain CPython extension (only Python.h plus compiler intrinsics headers; no torch/numpy headers).
  *
@@ -785,7 +785,7 @@ static PyMethodDef fastats_methods[] = {
 };
 
 static struct PyModuleDef fastats_module = {
-    PyModuleDef_HEAD_INIT, "nbdebug._fastats",
+    PyModuleDef_HEAD_INIT, "nbdebug.frameworks._fastats",
     "Single-pass tensor statistics kernel (max, min, sum, abs_sum, sq_sum, zero/nan/+inf/-inf counts).", -1,
     fastats_methods, NULL, NULL, NULL, NULL,
 };

@@ -1,4 +1,4 @@
-"""The native reduction kernel (``nbdebug._fastats``) and the dtype codes it reads, by dtype name.
+"""The native reduction kernel (``nbdebug.frameworks._fastats``) and the dtype codes it reads, by dtype name.
 
 Each framework maps its own dtypes onto these codes by name (``float32``, ``bfloat16``, ``bool`` ...).
 
@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 try:  # the optional native kernel; each framework's own ops are the fallback
-    from nbdebug import _fastats as fastats
+    from .. import _fastats as fastats  # built inside frameworks/: no import reaches up to the package root
 except ImportError:  # pragma: no cover - exercised on machines without a compiler
     fastats = None
 

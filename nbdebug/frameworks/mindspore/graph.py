@@ -38,12 +38,8 @@ import numpy as np
 
 from ...session.session import RawRows, Session
 from ...session.store import NotRetainedError
+from ..core.native import fastats as _fastats  # the optional native kernel (None: numpy is the fallback)
 from ..npy_read import read_npy, read_npy_shape
-
-try:  # the optional native kernel; numpy is the fallback
-    from nbdebug import _fastats
-except ImportError:  # pragma: no cover
-    _fastats = None
 
 NET_NAME = "Net"
 ENV = "MINDSPORE_DUMP_CONFIG"

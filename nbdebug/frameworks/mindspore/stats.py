@@ -6,7 +6,7 @@ Each captured tensor gets one raw row ``[max, min, sum, abs_sum, sq_sum, zeros, 
 MindSpore executes PyNative ops asynchronously, and reading anything of a fresh result — its memory
 (``data_ptr()``, ``asnumpy()``) but also its ``dtype``, ``shape`` or ``device`` — waits for the queue. So
 tensors are *queued*: the buffer keeps a reference and, on CPU, reduces them all at once with the native
-kernel ``nbdebug._fastats`` when the rows are needed (:meth:`StatsBuffer.raw`), before anything updates
+kernel ``nbdebug.frameworks._fastats`` when the rows are needed (:meth:`StatsBuffer.raw`), before anything updates
 them in place (:meth:`StatsBuffer.flush`, called by the adapter before ``optimizer(grads)`` and before
 in-place ops), or when ``max_queued`` tensors wait. That is one wait per flush instead of several per
 tensor. On other devices (and for dtypes the kernel does not read) the rows are computed with MindSpore

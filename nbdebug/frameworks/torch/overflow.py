@@ -16,10 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-try:  # optional single-pass C kernel; CPU tensors fall back to torch ops without it
-    from nbdebug import _fastats
-except ImportError:  # pragma: no cover - machines without a compiler
-    _fastats = None
+from ..core.native import fastats as _fastats  # optional C kernel (None: CPU tensors use torch ops)
 
 __all__ = ["DebugUnderflowOverflow"]
 

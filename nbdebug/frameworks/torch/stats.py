@@ -1,7 +1,7 @@
 """Tensor statistics for PyTorch without a host sync per tensor.
 
 Each captured tensor gets one raw row ``[max, min, sum, abs_sum, sq_sum, zeros, nans, +infs, -infs]``.
-On CPU, dense tensors of the common dtypes go through the single-pass C kernel ``nbdebug._fastats``
+On CPU, dense tensors of the common dtypes go through the single-pass C kernel ``nbdebug.frameworks._fastats``
 (reading CPU memory is no device sync). Everything else — CUDA and other devices, rare dtypes —
 is reduced with torch ops *on the tensor's device*; the small result vectors stay there and are
 moved to the host in one transfer per step (:meth:`StatsBuffer.raw`).
