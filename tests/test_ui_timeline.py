@@ -9,6 +9,8 @@ import torch
 from torch import nn
 
 import nbdebug
+import nbdebug.ui.export
+import nbdebug.ui.source
 from nbdebug.session.monitor import Monitor
 from nbdebug.session.session import Session
 from nbdebug.ui.panel import Panel
@@ -194,3 +196,16 @@ def test_job_timeline_ranks_by_steps_click_selects_rank_and_step() -> None:
     assert jp.rank == 1 and jp.panel.source.step == 21
     assert jp.panel.header.step.value == "21"
     jp.close()
+
+
+def test_export_html_carries_the_timeline_and_plotly(tmp_path) -> None:
+    import json
+    import re
+
+    s = _monitor_session(steps=300, spike=200)
+    src = nbdebug.ui.source.SessionSource(s)
+    page = nbdebug.ui.export.export_html(src, tmp_path / "run.html").read_text()
+    assert 'id="nbdebug-plotly-src" data-encoding="base64"' in page
+    data = json.loads(re.search(r'id="nbdebug-timeline-data">(.*?)</script>', page).group(1))
+    msg = data["messages"][0]
+    assert msg["type"] == "timeline" and msg["steps"] == [0, 299] and len(msg["buffers_b64"]) == 8

@@ -61,7 +61,12 @@ export function loadPlotly(): Promise<any> {
   if (!plotly) {
     plotly = (async () => {
       const inline = document.getElementById('nbdebug-plotly-src');
-      if (inline) return (g.Plotly = evalUmd(inline.textContent ?? ''));
+      if (inline) {
+        const raw = (inline.textContent ?? '').trim();
+        const text = (inline as HTMLElement).dataset.encoding === 'base64'
+          ? new TextDecoder().decode(Uint8Array.from(atob(raw), c => c.charCodeAt(0))) : raw;
+        return (g.Plotly = evalUmd(text));
+      }
       const errors: string[] = [];
       for (const url of plotlyUrls()) {
         try {

@@ -212,7 +212,10 @@ def export_html(source: Any, path: str | Path, *, graph: Any = None,
     title = f"nbdebug — {what or 'session'}, step {src.step}"
     header = (f"<h1>{html.escape(title)}</h1><p class='note'>state {html.escape(src.state)} · "
               f"{len(src.graph)} nodes · written {_dt.datetime.now().isoformat(timespec='seconds')}</p>")
-    body = (header + "<h2>Graph</h2>" + graph_div("nbdebug-graph") + hits_html(src) + tensors_html(tensors or [])
-            + stats_html(src))
-    p.write_text(page_html(title, body, [("nbdebug-graph", snap)]), encoding="utf-8")
+    from .timeline_view import timeline_export
+
+    timeline, timeline_snaps = timeline_export(src)  # the run's series over its steps (plotly.js inlined)
+    body = (header + "<h2>Graph</h2>" + graph_div("nbdebug-graph") + timeline + hits_html(src)
+            + tensors_html(tensors or []) + stats_html(src))
+    p.write_text(page_html(title, body, [("nbdebug-graph", snap), *timeline_snaps]), encoding="utf-8")
     return p

@@ -197,3 +197,27 @@ class TimelineView:
             off()
         self._subs = []
         self.figure.close()
+
+
+def timeline_export(source: Any, id_: str = "nbdebug-timeline") -> tuple[str, list[tuple[str, dict[str, Any]]]]:
+    """For ``export_html``: the timeline's element and plotly.js inlined (base64), and its widget snapshot;
+    ``("", [])`` when the run has fewer than two steps of series or plotly.js was not built."""
+    import base64
+
+    from .frontend import STATIC
+
+    plotly = STATIC / "plotly-cartesian.min.js"
+    tl = Timeline(source.session, hits=lambda: source.hits, graph=source.graph)
+    tl.step = source.step if source.step >= 0 else None
+    msg, buffers = tl.message()
+    if msg.get("empty") is not None or msg["steps"][1] <= msg["steps"][0] or not plotly.is_file():
+        return "", []
+    fig = FrontendWidget(view="timeline")
+    fig.post(msg, buffers)
+    snap = fig.snapshot()
+    fig.close()
+    src = base64.b64encode(plotly.read_bytes()).decode("ascii")
+    body = (f"<h2>Timeline ({html.escape(msg['field'])}, steps {msg['steps'][0]}–{msg['steps'][1]})</h2>"
+            f'<script type="text/plain" id="nbdebug-plotly-src" data-encoding="base64">{src}</script>'
+            f'<div id="{id_}" class="nbdebug-export-timeline" data-nbdebug-snapshot="{id_}-data"></div>')
+    return body, [(id_, snap)]
