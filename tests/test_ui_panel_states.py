@@ -4,6 +4,7 @@ quickstart used through its panel."""
 
 import json
 import os
+import re
 from pathlib import Path
 
 import nbformat
@@ -15,6 +16,7 @@ from nbclient import NotebookClient
 import nbdebug
 from nbdebug.control import State
 from nbdebug.lab.commands import status
+from nbdebug.ui.hits import PAGE_GROUPS, ROWS_PER_GROUP, group_hits
 from nbdebug.ui.panel import Panel
 from nbdebug.ui.watch_panel import LABELS
 
@@ -130,15 +132,25 @@ def test_one_step_convention_and_hit_counts_agree():
         assert h.step.value == "3" and "step 4 next" in h.step_running.value
         n_hits = sum(1 for r in dbg.hits if r.hits)
         assert n_hits > 1
-        assert h.hit_count.value == str(n_hits) == str(len(panel.hit_list.rows()))
+        assert h.hit_count.value == str(n_hits)
         assert panel.hit_list.title.value == f"<b>Hits</b> ({n_hits})"
         assert status(dbg)["hits"] == n_hits
-        assert all("step 3" in g.children[0].value for g in panel.hit_list.groups())
-        # grouped by node: one group per node, in execution order, first the log
-        groups = panel.hit_list.groups()
-        names = [g.children[0].value for g in groups]
-        assert "Torch.log.0.forward" in names[0] and len(set(names)) == len(names)
-        assert sum(len(g.children) - 1 for g in groups) == n_hits
+        # grouped by node and condition, in execution order, first the log; paged: over all pages every hit
+        # is counted in its group's title, and at most ROWS_PER_GROUP of a group's records are rows
+        hl = panel.hit_list
+        groups, counts, rows = [], [], 0
+        for page in range(hl.pages):
+            hl.page_to(page)
+            assert len(hl.groups()) <= PAGE_GROUPS
+            for g in hl.groups():
+                groups.append(g.children[0].value)
+                counts.append(int(re.search(r"· (\d+) hits?", g.children[0].value).group(1)))
+                rows += len(g.children) - 1
+                assert len(g.children) - 1 == min(counts[-1], ROWS_PER_GROUP)
+        hl.page_to(0)
+        assert all("step 3" in t for t in groups)
+        assert "Torch.log.0.forward" in groups[0] and len(set(groups)) == len(groups)
+        assert sum(counts) == n_hits and rows <= n_hits
         # no notice at all for WCL on step 0, and none counted as a hit
         assert not [r for r in dbg.hits if r.condition == "WCL" and r.step == 0]
         notices = [r for r in dbg.hits if not r.hits]
@@ -167,7 +179,9 @@ def test_notices_are_apart_from_hits():
         notices = [r for r in dbg.hits if not r.hits]
         assert hits and notices
         assert panel.hit_list.title.value == f"<b>Hits</b> ({len(hits)})"
-        assert panel.header.hit_count.value == str(len(hits)) and len(panel.hit_list.rows()) == len(hits)
+        assert panel.header.hit_count.value == str(len(hits))
+        first_page = group_hits(hits)[:PAGE_GROUPS]  # the hit list is paged by node and condition
+        assert len(panel.hit_list.rows()) == sum(min(len(rs), ROWS_PER_GROUP) for _k, rs in first_page)
         assert len(panel.hit_list.notice_rows()) == len(notices)
         assert f"Could not check</b> ({len(notices)})" in panel.hit_list.notice_title.value
         assert panel.hit_list.notice_box.layout.display == "flex"

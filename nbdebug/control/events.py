@@ -85,26 +85,31 @@ class EventHub:
                 if sub.scheduled:
                     continue  # coalesced: the scheduled delivery will carry the latest payload
                 sub.scheduled = True
-            delay = max(0.0, sub.last + sub.min_interval - time.monotonic())
+                delay = max(0.0, sub.last + sub.min_interval - time.monotonic())
             try:
-                sub.loop.call_soon_threadsafe(_deliver_later, sub, delay)
+                sub.loop.call_soon_threadsafe(_deliver_later, sub, delay, self._lock)
             except RuntimeError:  # loop closed meanwhile
-                sub.scheduled = False
+                with self._lock:
+                    sub.scheduled = False
                 _call(sub.fn, payload)
 
 
-def _deliver_later(sub: _Subscription, delay: float) -> None:
+def _deliver_later(sub: _Subscription, delay: float, lock: threading.Lock) -> None:
     if delay > 0:
         assert sub.loop is not None
-        sub.loop.call_later(delay, _deliver, sub)
+        sub.loop.call_later(delay, _deliver, sub, lock)
     else:
-        _deliver(sub)
+        _deliver(sub, lock)
 
 
-def _deliver(sub: _Subscription) -> None:
-    payload = sub.pending
-    sub.scheduled = False
-    sub.last = time.monotonic()
+def _deliver(sub: _Subscription, lock: threading.Lock) -> None:
+    # Taking the payload and clearing ``scheduled`` is one step under the emitter's lock: an event emitted
+    # in between would otherwise see ``scheduled`` still set, count on this delivery, and be lost (the
+    # last hits of a step, or ``paused``, never reached the panels).
+    with lock:
+        payload = sub.pending
+        sub.scheduled = False
+        sub.last = time.monotonic()
     _call(sub.fn, payload)
 
 

@@ -109,20 +109,37 @@ def _table(header: list[str], rows: list[list[str]], classes: list[str] | None =
     return "".join(out)
 
 
+#: hit groups (node and condition) and notices listed in an export; the titles count them all
+MAX_EXPORT_GROUPS = 200
+
+
 def hits_html(src: SourceView) -> str:
-    """The hits (grouped by node in execution order) and, apart, the conditions that could not be checked."""
+    """The hits grouped by node and condition (execution order of their first hit: how many, which steps,
+    what fired first) with a summary per condition, and apart the conditions that could not be checked; at
+    most :data:`MAX_EXPORT_GROUPS` rows each, so thousands of hits stay a short table."""
+    from .hits import group_hits, steps_text, summary_text
+
     hits = [h for h in src.hits if h.hits]
     unchecked = [h for h in src.hits if not h.hits]
+    groups = group_hits(hits)
     out = [f"<h2>Hits ({len(hits)})</h2>"]
     if hits:
-        out.append(_table(["step", "node", "slot", "condition", "what"],
-                          [[h.step, h.node, h.slot, h.condition, h.describe()] for h in hits]))
+        out.append(f"<p class='note'>{html.escape(summary_text(hits))}; grouped by node and condition</p>")
+        out.append(_table(["node", "condition", "hits", "steps", "slots", "first"],
+                          [[node, cond, len(hs), steps_text([h.step for h in hs]),
+                            ", ".join(dict.fromkeys(h.slot for h in hs)), hs[0].describe()]
+                           for (node, cond), hs in groups[:MAX_EXPORT_GROUPS]], numeric={2}))
+        if len(groups) > MAX_EXPORT_GROUPS:
+            out.append(f"<p class='note'>first {MAX_EXPORT_GROUPS} of {len(groups)} groups listed</p>")
     else:
         out.append("<p class='note'>no watchpoint hit</p>")
     if unchecked:
         out.append(f"<h2>Could not check ({len(unchecked)})</h2>")
         out.append(_table(["step", "node", "slot", "condition", "why"],
-                          [[h.step, h.node, h.slot, h.condition, h.describe()] for h in unchecked]))
+                          [[h.step, h.node, h.slot, h.condition, h.describe()]
+                           for h in unchecked[:MAX_EXPORT_GROUPS]]))
+        if len(unchecked) > MAX_EXPORT_GROUPS:
+            out.append(f"<p class='note'>first {MAX_EXPORT_GROUPS} of {len(unchecked)} listed</p>")
     return "".join(out)
 
 

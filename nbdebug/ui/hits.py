@@ -7,11 +7,14 @@ parameters is a *notice* ("could not check …: value not retained", …). The t
 :func:`nbdebug.watch.watchpoints.count_hits`); notices sit in their own area below (``nbdebug-hit-notices``,
 titled ``Could not check (M)``) and are never counted as hits.
 
-Hits are grouped by node (``nbdebug-hit-group``: one header per node and step, the node's records below).
-Each record row (``nbdebug-hit-row``) shows the condition and slot (the group's title names the node and
-step), and for every parameter that fired the threshold that was set against the actual value. Clicking
-the row's main button (``nbdebug-hit-select``) selects the node; ``View`` (``nbdebug-hit-view``) opens
-the tensor view on the hit's tensor. Rows are rebuilt only when the records change.
+Hits are grouped by node and condition (``nbdebug-hit-group``: one header per node and condition naming
+the steps and the count, at most :data:`ROWS_PER_GROUP` of its records below) and paged
+(:data:`PAGE_GROUPS` groups a page, ``nbdebug-hit-pager``), with a summary per condition above
+(``nbdebug-hit-summary``): thousands of hits stay a few dozen widgets, so a panel stays small over the
+websocket and in a saved notebook. Each record row (``nbdebug-hit-row``) shows the condition and slot, and
+for every parameter that fired the threshold that was set against the actual value. Clicking the row's
+main button (``nbdebug-hit-select``) selects the node; ``View`` (``nbdebug-hit-view``) opens the tensor
+view on the hit's tensor. Rows are rebuilt only when the records or the page change.
 
 >>> from nbdebug.watch.watchpoints import HitRecord
 >>> from nbdebug.watch.conditions import Hit
@@ -35,13 +38,41 @@ import ipywidgets as w
 from ..watch.conditions import Firing
 from ..watch.watchpoints import count_hits
 
-MAX_ROWS = 200
+#: groups (node and condition) on one page of the hit list
+PAGE_GROUPS = 10
+#: records listed under a group's header (the header counts them all)
+ROWS_PER_GROUP = 4
+#: notices listed (their title counts them all)
+MAX_NOTICES = 20
+MAX_ROWS = PAGE_GROUPS * ROWS_PER_GROUP
 
 
 def hit_text(h: Any) -> str:
     """Threshold vs actual of a hit record, e.g. ``max_gt = 1 set, actual max = 3.2``."""
     text = Firing(h.condition, -1, h.hits, h.error, h.unchecked).describe()
     return text.split(": ", 1)[1] if ": " in text else text
+
+
+def group_hits(records: list[Any]) -> list[tuple[tuple[str, str], list[Any]]]:
+    """Records (in execution order) grouped by node and condition, groups in the order of their first record.
+
+    >>> from types import SimpleNamespace as R
+    >>> rs = [R(node="a", condition="TO", step=1), R(node="b", condition="TO", step=1),
+    ...       R(node="a", condition="TO", step=2)]
+    >>> [(k, len(v)) for k, v in group_hits(rs)]
+    [(('a', 'TO'), 2), (('b', 'TO'), 1)]
+    """
+    groups: list[tuple[tuple[str, str], list[Any]]] = []
+    index: dict[tuple[str, str], int] = {}
+    for h in records:
+        key = (h.node, h.condition)
+        i = index.get(key)
+        if i is None:
+            index[key] = len(groups)
+            groups.append((key, [h]))
+        else:
+            groups[i][1].append(h)
+    return groups
 
 
 def group_by_node(records: list[Any]) -> list[tuple[tuple[int, str], list[Any]]]:
@@ -57,6 +88,27 @@ def group_by_node(records: list[Any]) -> list[tuple[tuple[int, str], list[Any]]]
         else:
             groups[i][1].append(h)
     return groups
+
+
+def steps_text(steps: list[int]) -> str:
+    """``step 3``, ``steps 1, 4`` or ``steps 1–9`` (a run with no gap)."""
+    u = sorted(set(steps))
+    if len(u) == 1:
+        return f"step {u[0]}"
+    if u[-1] - u[0] + 1 == len(u):
+        return f"steps {u[0]}–{u[-1]}"
+    return "steps " + ", ".join(map(str, u[:6])) + (" …" if len(u) > 6 else "")
+
+
+def summary_text(hits: list[Any]) -> str:
+    """Per condition: how many hits on how many nodes, e.g. ``TO 5128 on 812 nodes``."""
+    per: dict[str, tuple[int, set[str]]] = {}
+    for h in hits:
+        n, nodes = per.get(h.condition, (0, set()))
+        nodes.add(h.node)
+        per[h.condition] = (n + 1, nodes)
+    return " · ".join(f"{c} {n} on {len(nodes)} node{'s' if len(nodes) != 1 else ''}"
+                      for c, (n, nodes) in per.items())
 
 
 class HitList:
@@ -75,46 +127,83 @@ class HitList:
         self.list = w.VBox([], layout=w.Layout(max_height="260px", overflow="auto"))
         self.list.add_class("nbdebug-hit-list")
         self.note = w.HTML("")
+        self.page = 0
+        self._groups: list[tuple[tuple[str, str], list[Any]]] = []
+        self.summary = w.HTML("")
+        self.summary.add_class("nbdebug-hit-summary")
+        self.prev = w.Button(description="‹", tooltip="previous page", layout=w.Layout(width="32px"))
+        self.next = w.Button(description="›", tooltip="next page", layout=w.Layout(width="32px"))
+        self.prev.on_click(lambda _b: self.page_to(self.page - 1))
+        self.next.on_click(lambda _b: self.page_to(self.page + 1))
+        self.pager_label = w.HTML("")
+        self.pager = w.HBox([self.prev, self.pager_label, self.next],
+                            layout=w.Layout(display="none", align_items="center"))
+        self.pager.add_class("nbdebug-hit-pager")
         self.notice_title = w.HTML("")
         self.notice_title.add_class("nbdebug-hit-notice-title")
         self.notice_list = w.VBox([], layout=w.Layout(max_height="140px", overflow="auto"))
         self.notice_box = w.VBox([self.notice_title, self.notice_list], layout=w.Layout(display="none"))
         self.notice_box.add_class("nbdebug-hit-notices")
-        self.widget = w.VBox([self.title, self.list, self.note, self.notice_box])
+        self.widget = w.VBox([self.title, self.summary, self.list, self.pager, self.note, self.notice_box])
         self.widget.add_class("nbdebug-hits")
         self.refresh()
 
     def refresh(self, force: bool = False) -> None:
         records = list(self.source.hits)
-        sig = tuple((h.watchpoint, h.node, h.slot, h.step, h.hits, h.error) for h in records)
+        sig = (len(records),) + tuple((h.watchpoint, h.node, h.slot, h.step, h.hits, h.error) for h in records)
         if sig == self._sig and not force:
             return
         self._sig = sig
         self.hits = [h for h in records if h.hits]
         self.notices = [h for h in records if not h.hits]
-        shown = self.hits[:MAX_ROWS]
-        groups = [self._group(key, rs) for key, rs in group_by_node(shown)]
-        self.list.children = groups or [w.HTML("<i>no hits</i>")]
+        self._groups = group_hits(self.hits)
+        self._show_page()
         self.title.value = f"<b>Hits</b> ({count_hits(records)})"
-        self.note.value = (f"<small>first {MAX_ROWS} of {len(self.hits)} shown</small>"
-                           if len(self.hits) > MAX_ROWS else "")
-        self.notice_list.children = [self._notice(h) for h in self.notices[:MAX_ROWS]]
-        self.notice_title.value = f"<b>Could not check</b> ({len(self.notices)})"
+        many = len(self._groups) > 1 and len(self.hits) > len(self._groups)
+        self.summary.value = f"<small>{html.escape(summary_text(self.hits))}</small>" if many else ""
+        self.notice_list.children = [self._notice(h) for h in self.notices[:MAX_NOTICES]]
+        more = len(self.notices) - MAX_NOTICES
+        self.notice_title.value = (f"<b>Could not check</b> ({len(self.notices)})"
+                                   + (f" <small>first {MAX_NOTICES} listed</small>" if more > 0 else ""))
         self.notice_box.layout.display = "flex" if self.notices else "none"
 
-    def _group(self, key: tuple[int, str], records: list[Any]) -> w.VBox:
-        step, node = key
+    @property
+    def pages(self) -> int:
+        return max(1, -(-len(self._groups) // PAGE_GROUPS))
+
+    def page_to(self, page: int) -> None:
+        """Show page ``page`` (0-based, clamped) of the groups."""
+        self.page = min(max(0, page), self.pages - 1)
+        self._show_page()
+
+    def _show_page(self) -> None:
+        self.page = min(self.page, self.pages - 1)
+        first = self.page * PAGE_GROUPS
+        shown = self._groups[first:first + PAGE_GROUPS]
+        self.list.children = [self._group(key, rs) for key, rs in shown] or [w.HTML("<i>no hits</i>")]
+        n = len(self._groups)
+        self.pager_label.value = (f"<small>groups {first + 1}–{first + len(shown)} of {n} "
+                                  f"(node · condition)</small>")
+        self.prev.disabled = self.page == 0
+        self.next.disabled = self.page >= self.pages - 1
+        self.pager.layout.display = "flex" if n > PAGE_GROUPS else "none"
+        self.note.value = ""
+
+    def _group(self, key: tuple[str, str], records: list[Any]) -> w.VBox:
+        node, condition = key
         n = len(records)
-        head = w.HTML(f"<b>{html.escape(node)}</b> <small>· step {step} · {n} hit{'s' if n != 1 else ''}</small>")
+        more = f" · {ROWS_PER_GROUP} listed" if n > ROWS_PER_GROUP else ""
+        head = w.HTML(f"<b>{html.escape(node)}</b> <small>· {html.escape(condition)} · "
+                      f"{steps_text([h.step for h in records])} · {n} hit{'s' if n != 1 else ''}{more}</small>")
         head.add_class("nbdebug-hit-group-title")
-        box = w.VBox([head] + [self._row(h) for h in records],
+        box = w.VBox([head] + [self._row(h) for h in records[:ROWS_PER_GROUP]],
                      layout=w.Layout(flex="0 0 auto", border_left="3px solid #cf222e", padding="0 0 0 4px",
                                      margin="0 0 4px 0"))
         box.add_class("nbdebug-hit-group")
         return box
 
     def _row(self, h: Any) -> w.HBox:
-        sel = w.Button(description=f"{h.condition} · {h.slot}",  # node and step: the group's title
+        sel = w.Button(description=f"{h.condition} · {h.slot}",  # node: the group's title
                        tooltip=f"watchpoint #{h.watchpoint}: {h.node} {h.slot}, step {h.step} — select the node",
                        layout=w.Layout(width="auto", max_width="min(420px, calc(100% - 64px))"))  # View fits beside it
         sel.add_class("nbdebug-hit-select")

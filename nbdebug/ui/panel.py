@@ -41,7 +41,7 @@ from .graph_view import GraphView
 from .header import Header
 from .hits import HitList
 from .node_list import NodeList
-from .snapshot import HIDE_RULE, snapshot_html
+from .snapshot import HIDE_RULE, UNSCROLL_RULE, snapshot_html
 from .source import EVENTS, SourceView
 from .tensor_view import TensorView
 from .throttle import _AUTO, Coalescer
@@ -104,7 +104,7 @@ class Panel(w.VBox):
         self.error = w.HTML("")
         self.error.add_class("nbdebug-panel-error")
         # While this widget is drawn, the static snapshot displayed after it is hidden (see ui.snapshot)
-        self._hide_snapshot = w.HTML(f"<style>{HIDE_RULE}</style>", layout=w.Layout(display="none"))
+        self._hide_snapshot = w.HTML(f"<style>{HIDE_RULE} {UNSCROLL_RULE}</style>", layout=w.Layout(display="none"))
         self._snapshots: list[Any] = []  # display handles of the static snapshots of this panel
         self._snapshot_at = 0.0
         self._snapshot_due = False
@@ -200,7 +200,7 @@ class Panel(w.VBox):
         from IPython.display import HTML, display
 
         display(self._repr_mimebundle_(**kwargs), raw=True)
-        self._snapshots.append(display(HTML(snapshot_html(self.source)), display_id=True))
+        self._snapshots.append(display(HTML(snapshot_html(self.source, self.graph_view)), display_id=True))
         self._snapshot_at = time.monotonic()
         self._snapshot_due = False
 
@@ -212,7 +212,7 @@ class Panel(w.VBox):
             return  # the poll loop comes back for it
         from IPython.display import HTML
 
-        text = snapshot_html(self.source)
+        text = snapshot_html(self.source, self.graph_view)
         for handle in self._snapshots:
             handle.update(HTML(text))
         self._snapshot_at = time.monotonic()
