@@ -54,6 +54,7 @@ from ..control import EventHub
 from ..session.stats import COL
 from ..ui.source import SourceView, as_source
 from ..watch.watchpoints import HitRecord, count_hits
+from .odd_rank import OddRankWatch
 from .summary import StepSummary, summarize_table
 
 #: seconds a rank that just finished the target step gets to pause there before it counts as past it
@@ -98,6 +99,8 @@ class Job:
         self._lock = threading.RLock()  # one alignment of the ranks at a time; ranks added one at a time
         #: ``state`` with the payload ``"ranks"`` when a rank joins (:meth:`add`)
         self.hub = EventHub()
+        #: the job's ODD_RANK watchpoints (one rank far from the others at the same step)
+        self.odd_rank = OddRankWatch(self)
         for rank, src in sources.items():
             self.add(rank, src)
 
@@ -160,8 +163,12 @@ class Job:
         return {r: count_hits(h) for r, h in self.hits.items()}
 
     def watch(self, condition: str, nodes: Any = None, **params: Any) -> dict[Any, Any]:
-        """The same watchpoint on every rank (``source.watch``); ``{rank: Watchpoint}``."""
-        return {r: self.source(r).watch(condition, nodes, **params) for r in self.ranks}
+        """The same watchpoint on every rank (``source.watch``); ``{rank: Watchpoint}``. ``ODD_RANK`` compares
+        the ranks with each other at every step all of them finished (:mod:`nbdebug.job.odd_rank`)."""
+        wps = {r: self.source(r).watch(condition, nodes, **params) for r in self.ranks}
+        if isinstance(condition, str) and condition.strip().upper() == "ODD_RANK":
+            self.odd_rank.add(wps)
+        return wps
 
     def summary(self, rank: int, step: int) -> StepSummary | None:
         """``rank``'s :class:`StepSummary` of ``step`` (None when that rank has no statistics for it).
@@ -199,6 +206,8 @@ class Job:
         steps = getattr(view.obj.session, "steps", {}) or {}
         for step in [s for s in list(steps) if (rank, s) not in self._cache]:
             self.summary(rank, step)
+        if self.odd_rank.watches and self.odd_rank.on_step():  # an odd rank: pause the job like a hit does
+            self.pause()
 
     def overview(self, steps: Iterable[int] | None = None) -> dict[int, dict[int, StepSummary]]:
         """``{step: {rank: StepSummary}}`` over ``steps`` (default: every step)."""

@@ -31,17 +31,22 @@ from __future__ import annotations
 from .firing import Firing, Hit
 from .registry import (
     ABBREVIATIONS,
+    ALL_CONDITIONS,
     CATEGORIES,
     CONDITIONS,
     ERROR_CODES,
     INF_PRESENT,
     NAN_PRESENT,
     NO_PREVIOUS_STEP,
+    TEMPORAL,
+    TEMPORAL_ABBREVIATIONS,
+    TEMPORAL_CATEGORY,
     TOO_LARGE_TO_KEEP,
     VALUE_NOT_RETAINED,
     Condition,
     ParamSpec,
     get_condition,
+    is_temporal,
 )
 from .stats_eval import evaluate_stats
 from .validation import needs, split_params, validate
@@ -58,7 +63,8 @@ from .values_eval import (
 )
 
 __all__ = [
-    "ABBREVIATIONS", "CATEGORIES", "CONDITIONS", "ERROR_CODES", "INF_PRESENT", "NAN_PRESENT", "NO_PREVIOUS_STEP",
+    "ABBREVIATIONS", "ALL_CONDITIONS", "CATEGORIES", "TEMPORAL", "TEMPORAL_ABBREVIATIONS", "TEMPORAL_CATEGORY",
+    "is_temporal", "CONDITIONS", "ERROR_CODES", "INF_PRESENT", "NAN_PRESENT", "NO_PREVIOUS_STEP",
     "TOO_LARGE_TO_KEEP", "VALUE_NOT_RETAINED", "Condition", "Firing", "Hit", "ParamSpec", "compute_stats",
     "evaluate_stats", "evaluate_values", "get_condition", "needs", "operator_overflow", "percentage_in_range",
     "split_params", "tensor_range", "validate", "weight_change", "weight_change_ratio", "weight_initialization",

@@ -24,6 +24,7 @@ import numpy as np
 
 from ..session.store import NotRetainedError
 from .nonfinite import first_nonfinite
+from .registry import TEMPORAL
 from .watchpoints import HitRecord, Watchpoint, resolve_nodes
 
 
@@ -156,6 +157,8 @@ class Reader:
         found: list[HitRecord] = []
         for s in steps:
             found.extend(self.watchpoints.check(s))
+        if step is None and hasattr(self.watchpoints, "recheck_temporal"):  # over time: the whole kept history
+            found = [h for h in found if h.condition not in TEMPORAL] + self.watchpoints.recheck_temporal()
         for h in found:
             self._emit("hit", h)
         return found

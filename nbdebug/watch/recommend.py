@@ -133,3 +133,21 @@ def recommended(activation_kinds: Iterable[str] = ()) -> list[tuple[str, dict[st
         params = {"range_start_inclusive": -1.0, "range_end_inclusive": 0.0, "range_percentage_gt": 99.9}
         out.append(("AR", validate("AR", params), Target("activation", frozenset({"relu"}))))
     return out
+
+
+def recommended_temporal() -> list[tuple[str, dict[str, Any], Target]]:
+    """The recommended watchpoints over time (on the monitor series, so they cost a few array operations a
+    step): SPIKE ×10 over the 50-step median of the total gradient norm and of every parameter's update ratio
+    (a learning-rate or data accident; an update-ratio spike often comes a few steps before a loss spike), and
+    STALL of a parameter whose update ratio stayed below 1e-8 for 20 steps (a frozen or forgotten parameter).
+    They fire nothing on 200 clean steps of GPT-2 and ResNet training (tests/test_watch_temporal.py).
+
+    >>> [(c, p["field"]) for c, p, _ in recommended_temporal()]
+    [('SPIKE', 'grad_norm_total'), ('SPIKE', 'update_ratio'), ('STALL', 'update_ratio')]
+    """
+    every = Target("tensor")  # a monitor field: every series that has it
+    return [
+        ("SPIKE", validate("SPIKE", {"field": "grad_norm_total", "factor": 10, "window": 50}), every),
+        ("SPIKE", validate("SPIKE", {"field": "update_ratio", "factor": 10, "window": 50}), every),
+        ("STALL", validate("STALL", {"field": "update_ratio", "below": 1e-8, "steps": 20}), every),
+    ]

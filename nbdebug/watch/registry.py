@@ -45,6 +45,9 @@ _RULE_TEXT = {
     "gt0": "> 0",
     "percent": "in [0, 100]",
     "bool": "true or false",
+    "field": "a statistic or monitor field name",
+    "window": "a whole number >= 3",
+    "count": "a whole number >= 1",
 }
 
 
@@ -82,6 +85,8 @@ class ParamSpec:
         """
         if self.rule == "bool":
             return isinstance(value, (bool, np.bool_))
+        if self.rule == "field":
+            return isinstance(value, str) and bool(value)
         if not math.isfinite(value):
             return False
         if self.rule == "ge0":
@@ -90,6 +95,8 @@ class ParamSpec:
             return value > 0
         if self.rule == "percent":
             return 0 <= value <= 100
+        if self.rule in ("window", "count"):
+            return value == int(value) and value >= (3 if self.rule == "window" else 1)
         return True
 
 
@@ -208,6 +215,37 @@ CONDITIONS: dict[str, Condition] = {c.abbr: c for c in _ALL}
 ABBREVIATIONS: tuple[str, ...] = tuple(CONDITIONS)
 
 _OVERFLOW = frozenset({"OO", "TO", "WO", "GE"})
+#: the watchpoints over time (:mod:`nbdebug.watch.temporal`): checked on a series' history, not one step
+TEMPORAL_CATEGORY = "temporal"
+
+
+def _field(default: str) -> ParamSpec:
+    return ParamSpec("field", default, "field", "option")
+
+
+_TEMPORAL: tuple[Condition, ...] = (
+    Condition("SPIKE", "spike", TEMPORAL_CATEGORY,
+              (_field("norm"), ParamSpec("factor", 10.0, "gt0", "check", "ratio_to_median", ">"),
+               ParamSpec("window", 50, "window", "option")), "history",
+              "|value| is above factor x |median| of the previous window steps"),
+    Condition("DRIFT", "drift", TEMPORAL_CATEGORY,
+              (_field("norm"), ParamSpec("z", 6.0, "gt0", "check", "abs_z", ">"),
+               ParamSpec("window", 200, "window", "option")), "history",
+              "|value - mean| / std over the previous window steps is above z"),
+    Condition("STALL", "stall", TEMPORAL_CATEGORY,
+              (_field("update_ratio"), ParamSpec("below", 1e-8, "ge0", "check", "value", "<"),
+               ParamSpec("steps", 20, "count", "option")), "history",
+              "the value stayed below the threshold for steps consecutive steps"),
+    Condition("ODD_RANK", "odd rank", TEMPORAL_CATEGORY,
+              (_field("norm"), ParamSpec("z", 6.0, "gt0", "check", "abs_z_ranks", ">")), "ranks",
+              "one rank's value is far from the other ranks' median at the same step (MAD-scaled)"),
+)
+#: the watchpoints over time by abbreviation (same registry, form and hit list as the 17)
+TEMPORAL: dict[str, Condition] = {c.abbr: c for c in _TEMPORAL}
+TEMPORAL_ABBREVIATIONS: tuple[str, ...] = tuple(TEMPORAL)
+#: every condition: the 17, then the temporal ones
+ALL_CONDITIONS: dict[str, Condition] = {**CONDITIONS, **TEMPORAL}
+
 _RANGE = frozenset({"TR", "AR"})
 _CHANGE = frozenset({"WCL", "WCS", "WNC"})
 
@@ -220,9 +258,19 @@ def get_condition(condition: str) -> Condition:
     """
     key = condition.strip().upper() if isinstance(condition, str) else condition
     try:
-        return CONDITIONS[key]
+        return ALL_CONDITIONS[key]
     except (KeyError, TypeError):
         raise ValueError(
-            f"unknown condition {condition!r}; expected one of {', '.join(ABBREVIATIONS)}"
+            f"unknown condition {condition!r}; expected one of {', '.join(ABBREVIATIONS)} (or over time: "
+            f"{', '.join(TEMPORAL_ABBREVIATIONS)})"
         ) from None
+
+
+def is_temporal(condition: str) -> bool:
+    """Whether ``condition`` is a watchpoint over time (SPIKE, DRIFT, STALL, ODD_RANK).
+
+    >>> is_temporal("spike"), is_temporal("GL")
+    (True, False)
+    """
+    return isinstance(condition, str) and condition.strip().upper() in TEMPORAL
 

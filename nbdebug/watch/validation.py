@@ -13,7 +13,13 @@ from typing import Any
 
 import numpy as np
 
+from nbdebug.session.monitor import ALL_FIELDS as MONITOR_FIELDS
+from nbdebug.session.stats import FIELDS as STATS_FIELDS
+
 from .registry import _RANGE, ParamSpec, get_condition
+
+#: what a temporal watchpoint's ``field`` may name: a per-tensor statistic or a monitor series field
+SERIES_FIELDS: tuple[str, ...] = (*STATS_FIELDS, "nonfinite_count", *sorted(MONITOR_FIELDS))
 
 # --------------------------------------------------------------------------------------------------
 # Validation
@@ -26,8 +32,13 @@ def _show(value: Any) -> str:
     return repr(value)
 
 
-def _coerce(abbr: str, spec: ParamSpec, value: Any) -> float | bool:
+def _coerce(abbr: str, spec: ParamSpec, value: Any) -> float | bool | str:
     where = f"{abbr}: parameter {spec.name!r}"
+    if spec.rule == "field":
+        if not isinstance(value, str) or value not in SERIES_FIELDS:
+            raise ValueError(f"{where} must be a statistic or a monitor field, one of {', '.join(SERIES_FIELDS)}; "
+                             f"got {_show(value)}")
+        return value
     if spec.rule == "bool":
         if not isinstance(value, (bool, np.bool_)):
             raise ValueError(f"{where} must be true or false, got {_show(value)}")
@@ -43,7 +54,7 @@ def _coerce(abbr: str, spec: ParamSpec, value: Any) -> float | bool:
         raise ValueError(f"{where} must be a finite number{extra}, got {_show(value)}")
     if not spec.allows(x):
         raise ValueError(f"{where} must be {spec.range_text}, got {_show(value)}")
-    return x
+    return int(x) if spec.rule in ("window", "count") else x
 
 
 def validate(condition: str, params: Mapping[str, Any] | None = None) -> dict[str, Any]:

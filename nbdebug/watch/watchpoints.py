@@ -44,7 +44,9 @@ from .conditions import (
     validate,
 )
 from .guide import advice
-from .recommend import Target, activation_kind, recommended
+from .recommend import Target, activation_kind, recommended, recommended_temporal
+from .registry import is_temporal
+from .temporal import TemporalEngine
 
 ACTIVATIONS = frozenset({
     "relu", "relu_", "relu6", "gelu", "sigmoid", "tanh", "softmax", "log_softmax", "silu", "elu", "leaky_relu",
@@ -155,6 +157,8 @@ class WatchManager:
         self._ids = itertools.count(1)
         self.hits: list[HitRecord] = []
         self._initial_done: set[int] = set()
+        #: the watchpoints over time (SPIKE, DRIFT, STALL): rolling state per watchpoint, the bands of their hits
+        self.temporal = TemporalEngine(session)
         #: watchpoints naming nodes, made before any node was captured: checked once the first step ran
         self._unchecked_selection: set[int] = set()
 
@@ -176,7 +180,7 @@ class WatchManager:
         Before any node was captured, the check waits for the first step that ran (:meth:`check`)."""
         graph = self.session.graph
         self._unchecked_selection.discard(wp.id)
-        if wp.nodes is None:
+        if wp.nodes is None or is_temporal(wp.condition):  # a temporal one may name monitor series ("Run")
             return
         if not len(graph):
             self._unchecked_selection.add(wp.id)
@@ -254,7 +258,7 @@ class WatchManager:
     def recommend(self) -> list[tuple[str, dict[str, Any], Target]]:
         kinds = {activation_kind(n.op_type) for n in self.session.graph
                  if "activation" in node_category(n)}
-        return recommended(kinds)
+        return recommended(kinds) + recommended_temporal()
 
     def watch_recommended(self) -> list[Watchpoint]:
         return [self.watch(c, target=t, **p) for c, p, t in self.recommend()]
@@ -271,10 +275,18 @@ class WatchManager:
     def check(self, step: int) -> list[HitRecord]:
         """Evaluate every enabled watchpoint on ``step``; replaces that step's hits; returns them."""
         self.pin_values()
+        over_time = self.temporal.check(self.watchpoints.values(), step)
         table = self.session.table(step)
         found = self._evaluate(step, table, None)
-        self.hits = [h for h in self.hits if h.step != step] + found
+        found += over_time
+        self.hits = [h for h in self.hits if h.step != step or h.condition == "ODD_RANK"] + found
         self._warn_unchecked_selections()
+        return found
+
+    def recheck_temporal(self) -> list[HitRecord]:
+        """Evaluate the watchpoints over time again over the whole kept history; replaces their hits."""
+        found = self.temporal.replay(self.watchpoints.values())
+        self.hits = [h for h in self.hits if not is_temporal(h.condition) or h.condition == "ODD_RANK"] + found
         return found
 
     def check_node(self, node: Any, step: int) -> list[HitRecord]:
@@ -291,7 +303,7 @@ class WatchManager:
         by_node = _rows_by_node(table)
         out: list[HitRecord] = []
         for wp in list(self.watchpoints.values()):
-            if not wp.enabled:
+            if not wp.enabled or is_temporal(wp.condition):
                 continue
             rows: list[int] = []
             for name, slot_rows in by_node.items():
