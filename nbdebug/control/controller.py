@@ -15,6 +15,7 @@ where a terminate request unwinds it.
 from __future__ import annotations
 
 import atexit
+import contextvars
 import enum
 import threading
 import time
@@ -133,7 +134,12 @@ class Controller:
             if self.state is State.FAILED and isinstance(self.exception, KeyboardInterrupt):
                 raise self.exception
             return
-        self.thread = threading.Thread(target=target, name="nbdebug-training", daemon=True)
+        # The thread runs in a copy of the caller's context: in a Jupyter kernel that holds the header of the
+        # cell that called run(), so the training loop's prints go to that cell (ipykernel routes a write by
+        # the writer's context), not to whatever message came last — a panel button's comm message, which no
+        # cell shows, or a later cell.
+        self.thread = threading.Thread(target=contextvars.copy_context().run, args=(target,),
+                                       name="nbdebug-training", daemon=True)
         _at_exit_stop(self)
         self.thread.start()
 
