@@ -167,10 +167,10 @@ def _baseline(st: _State) -> tuple[np.ndarray, np.ndarray]:
 def _median(st: _State) -> np.ndarray:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a series with no value yet: NaN median
-        full = st.cnt == st.window
-        if full.all():
-            return np.median(st.buf, axis=0)
-        return np.nanmedian(st.buf, axis=0)
+        rows = np.ascontiguousarray(st.buf.T)  # series × window: the partition runs along contiguous memory
+        if (st.cnt == st.window).all():
+            return np.median(rows, axis=1)
+        return np.nanmedian(rows, axis=1)
 
 
 def _evaluate(cond: str, p: dict[str, Any], st: _State, row: np.ndarray, step: int) -> tuple[np.ndarray, Any]:
