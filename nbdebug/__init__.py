@@ -27,6 +27,7 @@ _LAZY: dict[str, str] = {
     "compare_weights": "nbdebug.compare.weights:compare_weights",
     "attach": "nbdebug.remote.attach:attach",
     "listen": "nbdebug.remote.hub:listen",
+    "load_repro": "nbdebug.replay.repro:load_repro",  # a dbg.save_repro folder, read (nothing executed)
     # MindSpore's Model.train callback (also dbg.callback()); its old home, frameworks.mindspore.adapter, stays
     "StepCallback": "nbdebug.frameworks.mindspore.adapter:StepCallback",
 }

@@ -76,6 +76,15 @@ def check_window(value: Any) -> int:
     return int(value)
 
 
+def _replay_options(window: Any, budget: Any, on_hit: Any, memory_budget: int) -> tuple[int, int | None]:
+    """``(replay_window, replay_budget)`` checked; ``replay_budget`` None is ``memory_budget``."""
+    if isinstance(window, bool) or not isinstance(window, (int, np.integer)) or window < 0:
+        raise ValueError(f"replay_window must be an int >= 0 (steps whose pre-step state is kept), got {window!r}")
+    if on_hit not in ("pause", "replay"):
+        raise ValueError(f"on_hit must be 'pause' or 'replay', got {on_hit!r}")
+    return int(window), memory_budget if budget is None else check_budget(budget)
+
+
 class Debugger(Reader):
     """A live debugging session on one model.
 
@@ -95,6 +104,10 @@ class Debugger(Reader):
     benign_nonfinite: node names or globs whose NaN/±Inf is intended (e.g. a decoding mask returned beside
         the loss): :meth:`first_nonfinite` skips them. ±Inf that the model absorbs (an attention mask before
         its softmax) needs no entry: it does not propagate, so it is not reported.
+    replay_window, replay_budget, on_hit: steps run through a step function (:meth:`step_fn`) keep the state
+        they start from, for the last ``replay_window`` steps (0: none), each under ``replay_budget`` bytes
+        (default ``memory_budget``; a larger state is not kept, with a warning); ``on_hit="replay"``
+        replays a hit's step at ``mix`` before pausing (:attr:`replayed`). See :meth:`replay`.
     graph_every: MindSpore GRAPH mode only: capture every k-th run of the training graph (MindSpore's dump
         runs for those only; the others are steps with no statistics, and watchpoints see captured steps
         only). Default 1: every step. Fixed for the process by its first GRAPH-mode Debugger.
@@ -104,9 +117,16 @@ class Debugger(Reader):
                  memory_budget: int = 512 * 2**20, retain: bool = True, retain_copy: bool = False,
                  check: str = "step", dump_dir: str | None = None, task: str | None = None,
                  config: Any = None, stats_window: int = 8, benign_nonfinite: Any = (),
-                 graph_every: int = 1) -> None:
+                 graph_every: int = 1, replay_window: int = 1, replay_budget: int | None = None,
+                 on_hit: str = "pause") -> None:
         if check not in ("step", "node"):
             raise ValueError(f"check must be 'step' or 'node', got {check!r}")
+        self._replay_opts = _replay_options(replay_window, replay_budget, on_hit, memory_budget)
+        self.on_hit = on_hit
+        self._replay: Any = None  # nbdebug.replay.Keeper, made by the first step_fn
+        #: the last step replayed on a hit (``on_hit="replay"``), and why the last such replay failed
+        self.replayed: Any = None
+        self.replay_error: str | None = None
         memory_budget = check_budget(memory_budget)
         stats_window = check_window(stats_window)
         self.check = check
@@ -176,6 +196,8 @@ class Debugger(Reader):
 
     def _on_step(self, step: int) -> None:
         hits = self._check_step(step)
+        if self._replay is not None:  # on_hit="replay": the hit's step is replayed before the pause
+            hits = self._replay.step_ended(step, hits, self.on_hit)
         self.hub.emit("step", step)
         self._ctl.at_step_end(step, hits)
 
@@ -344,11 +366,48 @@ class Debugger(Reader):
     def step(self) -> None:
         """Mark a step boundary (turns off the automatic boundary at ``optimizer.step()``)."""
         a = self._adapter
+        if self._replay is not None and self._replay.replaying:
+            return  # a replay's run of the step function: the replay ends its own step
         if a.auto_step:
             a.auto_step = False
             if not len(self.session.recorder) and self.session.step_index > 0:
                 return  # the optimizer already closed this step
         a.end_step()
+
+    # -- replay (nbdebug/replay/, README "Replay a step") ---------------------------------------------
+    def step_fn(self, fn: Any = None, **objects: Any) -> Any:
+        """Mark ``fn(*batch)`` — one training step — so that each call keeps the state it starts from (the
+        last ``replay_window`` steps) and :meth:`replay` can compute it again. A decorator (``@dbg.step_fn``,
+        or ``@dbg.step_fn(optimizers=opt, scalers=scaler, schedulers=sched)`` when they are not in its
+        closure); a HuggingFace ``Trainer`` (``dbg.step_fn(trainer)``) has its ``training_step`` kept."""
+        if fn is None:
+            return lambda f: self.step_fn(f, **objects)
+        if self._replay is None:
+            self._replay = feature("replay")(self, self._replay_opts[0], self._replay_opts[1])
+        if hasattr(fn, "training_step") and hasattr(fn, "create_optimizer"):
+            return self._replay.wrap_trainer(fn)
+        return self._replay.wrap(fn, **objects)
+
+    @property
+    def replay_steps(self) -> list[int]:
+        """The steps whose pre-step state is kept (replayable)."""
+        return list(self._replay.kept) if self._replay is not None else []
+
+    def replay(self, step: int | str = "last", level: str = "mix", *, strict: bool = False) -> Any:
+        """Step ``step`` computed again from its kept state at ``level`` with every tensor retained; the
+        live model, optimizer, scaler, RNGs and capture are as before afterwards. Returns a replayed step
+        (reader surface, ``panel()``); ``.bitwise`` / ``.mismatches`` say whether it is the original's bits
+        (a :class:`~nbdebug.replay.ReplayMismatch` warning, or an error when ``strict``, when not)."""
+        if self._replay is None:
+            raise feature("replay_refused")("no step function is marked: decorate the training step with "
+                                            "@dbg.step_fn so that its pre-step state is kept")
+        return feature("replay_run")(self, self._replay.get(step), level, strict=strict)
+
+    def save_repro(self, path: Any, step: int | str = "last", node: str | None = None, *,
+                   model_factory: str | None = None) -> Any:
+        """A folder reproducing step ``step`` (or, with ``node``, one op of it) in a fresh process: weights,
+        optimizer state, batch, RNG states, versions and a generated ``repro.py`` (README "Replay a step")."""
+        return feature("save_repro")(self, path, step, node, model_factory=model_factory)
 
     # -- reading (stats, tensor: Reader's) -------------------------------------------------------
     def stats(self, node: str, slot: str, step: int | str = "current", fields: Any = None) -> Mapping[str, Any]:

@@ -9,10 +9,10 @@ them only through the names listed in :data:`FEATURES`, so the table is the whol
 
 >>> feature("attach_dump").__name__
 'attach_dump'
->>> feature("nope")
+>>> feature("nope")  # doctest: +ELLIPSIS
 Traceback (most recent call last):
 ...
-KeyError: "no optional feature 'nope'; known: announce, attach_dump, compare_panel, export_html, job, panel"
+KeyError: "no optional feature 'nope'; known: announce, attach_dump, compare_panel, export_html, job, panel, ..."
 """
 
 from __future__ import annotations
@@ -28,6 +28,10 @@ FEATURES: dict[str, tuple[str, str]] = {
     "export_html": ("nbdebug.ui.export", "export_html"),  # dbg.export_html(path)
     "job": ("nbdebug.job", "Job"),  # nbdebug.load(multi-rank dump).job
     "panel": ("nbdebug.ui.panel", "Panel"),  # dbg.panel(), a Debugger shown in a cell
+    "replay": ("nbdebug.replay.keeper", "Keeper"),  # dbg.step_fn: pre-step states of the last steps
+    "replay_refused": ("nbdebug.replay.result", "ReplayRefused"),  # dbg.replay without a step function
+    "replay_run": ("nbdebug.replay.replayer", "replay"),  # dbg.replay(step, level)
+    "save_repro": ("nbdebug.replay.repro", "save_repro"),  # dbg.save_repro(path, step, node)
 }
 
 

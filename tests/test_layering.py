@@ -14,7 +14,7 @@ import nbdebug
 ROOT = os.path.dirname(nbdebug.__file__)
 #: parts whose imports are fixed here; a part not listed (a new package) may import the parts below it
 CORE = ("frameworks", "session", "watch", "control", "debugger", "features")
-UPPER = ("lab", "ui", "dump", "compare", "remote", "offline", "job")
+UPPER = ("lab", "ui", "dump", "compare", "remote", "offline", "job", "replay")
 #: what each part may import (besides itself); the root package ``nbdebug`` (the public facade) imports all
 ALLOWED = {
     "session": set(),
@@ -30,6 +30,7 @@ ALLOWED = {
     "ui": {"frameworks", "session", "watch", "control", "features", "offline", "dump", "compare", "debugger",
            "nbdebug"},
     "lab": {"session", "watch", "control", "features", "debugger", "ui"},
+    "replay": {"frameworks", "session", "watch", "control", "features", "offline"},
 }
 
 

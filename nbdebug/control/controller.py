@@ -281,6 +281,15 @@ class Controller:
         if reason is not None:
             self._pause_at(None, reason)
 
+    def pause_here(self, reason: str) -> None:
+        """Pause the training thread where it is — a step boundary outside any hook (a hit's step was
+        replayed first: ``on_hit="replay"``) — for ``reason``; nothing outside the training thread."""
+        if not self.controlling:
+            return
+        if self._terminate_requested:
+            raise self._terminated()
+        self._pause_at(None, reason)
+
     # -- internals --------------------------------------------------------------------------------
     def _pause_at(self, node: str | None, reason: str) -> None:
         with self._cv:

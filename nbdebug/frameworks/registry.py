@@ -114,6 +114,26 @@ class Backend:
         raise TypeError(f"{self.name} needs no training callback: the optimizer's step ends each debugger step "
                         f"(dbg.step() marks one by hand); Debugger.callback() is for MindSpore's Model.train")
 
+    # -- step replay (nbdebug/replay/) ------------------------------------------------------------
+    #: the module keeping and swapping a step's pre-step state (``.replay_state``), relative to the
+    #: backend's own; "" when the framework cannot replay a step
+    replay_module = ""
+    #: the module writing a reproduction folder's framework side (``.repro``)
+    repro_module = ""
+
+    def replay_state(self) -> Any:
+        """The module of pre-step state: ``find_objects``, ``keep``, ``keep_args``, ``planned_bytes``,
+        ``output_ref``, ``same_bits``, ``describe`` (see ``frameworks/torch/replay_state.py``)."""
+        if not self.replay_module:
+            raise NotImplementedError(f"{self.name}: replaying a step is not supported for this framework")
+        return self._module(self.replay_module)
+
+    def repro(self) -> Any:
+        """The module writing and reading a reproduction folder (``save``, ``load_arrays``)."""
+        if not self.repro_module:
+            raise NotImplementedError(f"{self.name}: save_repro is not supported for this framework")
+        return self._module(self.repro_module)
+
     # -- dumps ------------------------------------------------------------------------------------
     #: the module of the msProbe-format dump I/O, relative to the backend's own (``.io``): its class
     #: :attr:`io_class`, ``custom_api_wrapper`` and ``stand_in_model``

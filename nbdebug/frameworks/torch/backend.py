@@ -25,6 +25,8 @@ class TorchBackend(Backend):
     adapter_module = ".adapter"
     io_module = ".io"
     io_class = "TorchIO"
+    replay_module = ".replay_state"
+    repro_module = ".repro"
 
     def info(self, model: Any) -> tuple[str, str]:
         import torch

@@ -1,0 +1,407 @@
+"""What a PyTorch training step needs to be computed again: its pre-step state, swapped in and out.
+
+:func:`keep` copies, at a step's start, the model's parameters and buffers, the gradients it starts from
+(held by reference: the step drops or overwrites them, it does not change the old tensor unless it
+accumulates into it, which the version counter tells), the optimizers' state and hyper-parameters, the
+``GradScaler``'s scale and growth tracker, the LR schedulers' state, the RNG states (Python, NumPy, torch
+CPU, CUDA when initialised), the modules' train/eval flags and the step's arguments (tensors cloned;
+immutable Python values by reference; anything else makes the step unreplayable, with the reason).
+Copies go into the buffers of the state the window drops (``recycle``): no fresh pages per step.
+Nothing is pickled.
+
+:meth:`StepState.swap_in` installs a copy of the kept state into the live objects (parameters and buffers
+by swapping their ``.data``, so the live storages are never written; optimizer state by swapping the
+``state`` mapping) and returns a :class:`Live` that puts the live objects back exactly as they were.
+
+>>> import torch
+>>> model = torch.nn.Linear(2, 1); opt = torch.optim.SGD(model.parameters(), lr=0.1)
+>>> def step(x):
+...     opt.zero_grad(); model(x).sum().backward(); opt.step()
+>>> objects = find_objects(step, model)
+>>> [type(o).__name__ for o in objects["optimizers"]]
+['SGD']
+>>> state = keep(model, objects, (torch.ones(1, 2),), {})
+>>> before = model.weight.detach().clone()
+>>> step(torch.ones(1, 2))
+>>> live = state.swap_in(model); torch.equal(model.weight, before)
+True
+>>> live.restore(); torch.equal(model.weight, before)
+False
+"""
+
+from __future__ import annotations
+
+import copy
+import enum
+import random
+import types
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+_IMMUTABLE = (int, float, complex, bool, str, bytes, type(None), type(Ellipsis), range, slice, torch.dtype,
+              torch.device, torch.layout, torch.memory_format, enum.Enum, types.FunctionType,
+              types.BuiltinFunctionType)
+
+
+# -- what the step uses, found from its closure -------------------------------------------------------
+def _unwrap_optimizer(opt: Any) -> Any:
+    inner = getattr(opt, "optimizer", None)  # accelerate's AcceleratedOptimizer
+    return inner if isinstance(inner, torch.optim.Optimizer) else opt
+
+
+def _kind(value: Any) -> str | None:
+    if isinstance(value, (torch.nn.Module, torch.Tensor, type, types.ModuleType)):
+        return None
+    inner = getattr(value, "optimizer", None)
+    if isinstance(inner, torch.optim.Optimizer) and hasattr(value, "get_last_lr"):
+        return "schedulers"
+    if isinstance(value, torch.optim.Optimizer) or isinstance(inner, torch.optim.Optimizer):
+        return "optimizers"
+    if hasattr(value, "_per_optimizer_states") and hasattr(value, "unscale_"):
+        return "scalers"
+    return None
+
+
+def find_objects(fn: Callable, model: Any, **given: Any) -> dict[str, list[Any]]:
+    """Optimizers, ``GradScaler`` s and LR schedulers the step function ``fn`` reaches through its closure
+    or the globals it names; ``given`` (``optimizers=``, ``scalers=``, ``schedulers=``, one object or a
+    list) replaces what is found."""
+    found: dict[str, list[Any]] = {"optimizers": [], "scalers": [], "schedulers": []}
+    fn = getattr(fn, "__wrapped__", fn)
+    code = getattr(fn, "__code__", None)
+    values: list[Any] = []
+    if code is not None:
+        values += [c.cell_contents for c in (fn.__closure__ or ()) if _filled(c)]
+        values += [fn.__globals__[n] for n in code.co_names if n in fn.__globals__]
+    bound = getattr(fn, "__self__", None)
+    if bound is not None:
+        values += list(vars(bound).values()) if hasattr(bound, "__dict__") else []
+    for v in values:
+        kind = _kind(v)
+        if kind is not None and not any(v is o for o in found[kind]):
+            found[kind].append(v)
+    for kind, objs in given.items():
+        if kind not in found:
+            raise TypeError(f"step_fn: unknown keyword {kind!r}; use optimizers=, scalers= or schedulers=")
+        if objs is not None:
+            found[kind] = list(objs) if isinstance(objs, (list, tuple)) else [objs]
+    found["optimizers"] = [_unwrap_optimizer(o) for o in found["optimizers"]]
+    return found
+
+
+def _filled(cell: Any) -> bool:
+    try:
+        _ = cell.cell_contents
+    except ValueError:
+        return False
+    return True
+
+
+# -- copies -------------------------------------------------------------------------------------------
+class _Copier:
+    """Clones into recycled buffers (same name, shape, dtype and device), counting bytes."""
+
+    def __init__(self, recycle: Mapping[str, torch.Tensor] | None) -> None:
+        self.recycle = dict(recycle or {})
+        self.bytes = 0
+
+    def __call__(self, key: str, t: torch.Tensor) -> torch.Tensor:
+        t = t.detach()
+        self.bytes += t.numel() * t.element_size()
+        buf = self.recycle.pop(key, None)
+        if buf is not None and buf.shape == t.shape and buf.dtype == t.dtype and buf.device == t.device \
+                and buf.is_contiguous() and t.is_contiguous():
+            return buf.copy_(t)
+        return t.clone()
+
+
+def _walk(value: Any, fn: Callable[[str, torch.Tensor], Any], path: str, problems: list[str]) -> Any:
+    """``value`` with every tensor replaced by ``fn(path, tensor)``; containers rebuilt; a mutable value
+    that is neither is noted in ``problems`` (kept by reference)."""
+    if isinstance(value, torch.Tensor):
+        return fn(path, value)
+    if isinstance(value, _IMMUTABLE):
+        return value
+    if type(value) in (list, tuple):
+        return type(value)(_walk(v, fn, f"{path}[{i}]", problems) for i, v in enumerate(value))
+    if isinstance(value, tuple) and hasattr(value, "_fields"):  # a namedtuple
+        return type(value)(*(_walk(v, fn, f"{path}.{f}", problems) for f, v in zip(value._fields, value, strict=False)))
+    if isinstance(value, (frozenset,)):
+        return value
+    if type(value) is dict:
+        return {k: _walk(v, fn, f"{path}[{k!r}]", problems) for k, v in value.items()}
+    if isinstance(value, Mapping) and hasattr(value, "__setitem__"):  # dict subclasses, HF BatchEncoding
+        out = copy.copy(value)
+        for k in list(value.keys()):
+            out[k] = _walk(value[k], fn, f"{path}[{k!r}]", problems)
+        return out
+    problems.append(f"{path} is a {type(value).__name__}, a mutable value that is not a tensor or a container "
+                    f"of tensors: the replay would see its value of now, not the one the step received")
+    return value
+
+
+def clone_tensor(t: torch.Tensor) -> torch.Tensor:
+    with torch._C.DisableTorchFunction():
+        c = t.detach().clone()
+        return c.requires_grad_(True) if t.requires_grad and t.is_leaf else c
+
+
+def _cloned(state: Any) -> Any:
+    """A deep copy of an optimizer/scaler state structure (tensors cloned, containers rebuilt)."""
+    if isinstance(state, torch.Tensor):
+        return state.detach().clone()
+    if isinstance(state, dict):
+        out = type(state)() if type(state) is not dict else {}
+        if hasattr(state, "default_factory"):
+            out = type(state)(state.default_factory)
+        for k, v in state.items():
+            out[k] = _cloned(v)
+        return out
+    if isinstance(state, (list, tuple)) and type(state) in (list, tuple):
+        return type(state)(_cloned(v) for v in state)
+    return copy.deepcopy(state)
+
+
+# -- RNG ----------------------------------------------------------------------------------------------
+def rng_state() -> dict[str, Any]:
+    """Every global random state a step draws from (Python, NumPy, torch CPU, CUDA if initialised)."""
+    np_state = np.random.get_state()
+    out = {"python": random.getstate(), "numpy": (np_state[0], np_state[1].copy()) + tuple(np_state[2:]),
+           "torch": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        out["cuda"] = torch.cuda.get_rng_state_all()
+    return out
+
+
+def set_rng_state(state: Mapping[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state:
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+# -- the kept state -----------------------------------------------------------------------------------
+_SCALER_TENSORS = ("_scale", "_growth_tracker")
+_SCALER_VALUES = ("_init_scale", "_growth_factor", "_backoff_factor", "_growth_interval", "_enabled",
+                  "_init_growth_tracker")
+
+
+class StepState:
+    """The state one step started from (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.tensors: dict[str, torch.Tensor] = {}  # "param:<name>" / "buffer:<name>" / "opt<i>:..." copies
+        self.grads: dict[str, tuple[torch.Tensor, int] | None] = {}
+        self.optimizers: list[tuple[Any, dict, list[dict]]] = []  # (optimizer, state by param index, groups)
+        self.scalers: list[tuple[Any, dict[str, Any]]] = []
+        self.schedulers: list[tuple[Any, dict]] = []
+        self.training: list[bool] = []
+        self.rng: dict[str, Any] = {}
+        self.args: tuple = ()
+        self.kwargs: dict = {}
+        self.problems: list[str] = []  # why this step cannot be replayed (empty: it can)
+        self.nbytes = 0  # bytes of copies
+        self.held = 0  # bytes kept alive by reference (gradients)
+        self.output: Any = None  # what the live call returned (the loss), by reference
+        self.problems_at_replay: list[str] = []  # found while swapping in (gradients changed since)
+
+    def recyclable(self) -> dict[str, torch.Tensor]:
+        """The copies' buffers, for the next state to copy into (this state is dropped)."""
+        out, self.tensors = self.tensors, {}
+        return out
+
+    # -- replay -----------------------------------------------------------------------------------
+    def call_args(self) -> tuple[tuple, dict]:
+        """Fresh copies of the step's arguments (the step may change its inputs in place)."""
+        sink: list[str] = []
+        return (_walk(self.args, lambda _p, t: clone_tensor(t), "args", sink),
+                _walk(self.kwargs, lambda _p, t: clone_tensor(t), "kwargs", sink))
+
+    def swap_in(self, model: Any) -> Live:
+        """Install (copies of) this state in the live objects; returns what puts the live ones back."""
+        live = Live(model)
+        self.problems_at_replay = []
+        try:
+            self._swap_model(model, live)
+            for opt, state, groups in self.optimizers:
+                params = [p for g in opt.param_groups for p in g["params"]]
+                live.optimizers.append((opt, opt.state, [(g, dict(g)) for g in opt.param_groups]))
+                fresh = type(opt.state)(dict) if hasattr(opt.state, "default_factory") else {}
+                for i, st in state.items():
+                    fresh[params[i]] = _cloned(st)
+                opt.state = fresh
+                for g, saved in zip(opt.param_groups, groups, strict=False):
+                    g.update(copy.deepcopy(saved))
+            for sc, attrs in self.scalers:
+                live.scalers.append((sc, {k: getattr(sc, k, None) for k in attrs}, sc.__dict__.pop("update", None)))
+                for k, v in attrs.items():
+                    setattr(sc, k, _cloned(v))
+            for sched, sd in self.schedulers:
+                live.schedulers.append((sched, _cloned(sched.state_dict())))
+                sched.load_state_dict(_cloned(sd))
+            set_rng_state(self.rng)
+        except BaseException:
+            live.restore()
+            raise
+        return live
+
+    def _swap_model(self, model: Any, live: Live) -> None:
+        live.training = [m.training for m in model.modules()]
+        for m, flag in zip(model.modules(), self.training, strict=False):
+            m.training = flag
+        for name, p in model.named_parameters():
+            live.data.append((p, p.data, (p.grad,)))
+            p.data = self.tensors[f"param:{name}"].clone()
+            g = self.grads.get(name)
+            if g is None:
+                p.grad = None
+            else:
+                if g[0]._version != g[1]:
+                    self.problems_at_replay.append(
+                        f"the gradient of {name} the step started from was changed in place after the step "
+                        f"started (accumulated into): the replay starts from its later value")
+                p.grad = g[0].detach().clone()
+        for name, b in model.named_buffers():
+            key = f"buffer:{name}"
+            if key in self.tensors:
+                live.data.append((b, b.data, None))
+                b.data = self.tensors[key].clone()
+
+
+
+class Live:
+    """The live objects' state taken off by :meth:`StepState.swap_in`; :meth:`restore` puts it back."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        self.rng = rng_state()
+        self.training: list[bool] = []
+        self.data: list[tuple[torch.Tensor, torch.Tensor, Any]] = []
+        self.optimizers: list[tuple[Any, Any, list[tuple[dict, dict]]]] = []
+        self.scalers: list[tuple[Any, dict[str, Any], Any]] = []
+        self.schedulers: list[tuple[Any, dict]] = []
+
+    def restore(self) -> None:
+        """The live state exactly as before (the same storages, state objects and RNG states)."""
+        for m, flag in zip(self.model.modules(), self.training, strict=False):
+            m.training = flag
+        for t, data, grad in self.data:
+            t.data = data
+            if grad is not None:  # a parameter: (its live gradient,)
+                t.grad = grad[0]
+        for opt, state, groups in self.optimizers:
+            opt.state = state
+            for g, items in groups:
+                g.clear()
+                g.update(items)
+        for sc, attrs, update in self.scalers:
+            for k, v in attrs.items():
+                setattr(sc, k, v)
+            if update is not None:
+                sc.__dict__["update"] = update
+        for sched, sd in self.schedulers:
+            sched.load_state_dict(sd)
+        set_rng_state(self.rng)
+        self.data, self.optimizers, self.scalers, self.schedulers = [], [], [], []
+
+
+def planned_bytes(model: Any, objects: Mapping[str, list[Any]]) -> int:
+    """Bytes :func:`keep` will copy for ``model`` and ``objects`` (asked before copying)."""
+    n = sum(p.numel() * p.element_size() for p in model.parameters())
+    n += sum(b.numel() * b.element_size() for b in model.buffers())
+    for opt in objects.get("optimizers", ()):
+        for st in opt.state.values():
+            n += sum(v.numel() * v.element_size() for v in st.values() if isinstance(v, torch.Tensor))
+    return n
+
+
+def keep(model: Any, objects: Mapping[str, list[Any]], args: tuple, kwargs: dict,
+         recycle: Mapping[str, torch.Tensor] | None = None) -> StepState:
+    """The pre-step state of ``model`` and ``objects`` (:func:`find_objects`) and the step's arguments."""
+    s = StepState()
+    cp = _Copier(recycle)
+    with torch._C.DisableTorchFunction(), torch.no_grad():
+        s.training = [m.training for m in model.modules()]
+        for name, p in model.named_parameters():
+            s.tensors[f"param:{name}"] = cp(f"param:{name}", p)
+            g = p.grad
+            s.grads[name] = None if g is None else (g, g._version)
+            s.held += 0 if g is None else g.numel() * g.element_size()
+        for name, b in model.named_buffers():
+            s.tensors[f"buffer:{name}"] = cp(f"buffer:{name}", b)
+        for i, opt in enumerate(objects.get("optimizers", ())):
+            index = {id(p): k for k, p in enumerate(p for g in opt.param_groups for p in g["params"])}
+            state = {}
+            for p, st in opt.state.items():
+                k = index.get(id(p))
+                if k is None:
+                    continue
+                state[k] = {n: cp(f"opt{i}:{k}:{n}", v) if isinstance(v, torch.Tensor) else copy.deepcopy(v)
+                            for n, v in st.items()}
+            groups = [{n: copy.deepcopy(v) for n, v in g.items() if n != "params"} for g in opt.param_groups]
+            s.optimizers.append((opt, state, groups))
+        for sc in objects.get("scalers", ()):
+            attrs = {k: _cloned(getattr(sc, k)) for k in _SCALER_TENSORS + _SCALER_VALUES if hasattr(sc, k)}
+            attrs["_per_optimizer_states"] = _cloned(sc._per_optimizer_states)
+            s.scalers.append((sc, attrs))
+        for sched in objects.get("schedulers", ()):
+            s.schedulers.append((sched, _cloned(sched.state_dict())))
+        s.rng = rng_state()
+        s.args = _walk(args, lambda p, t: clone_tensor(t), "args", s.problems)
+        s.kwargs = _walk(kwargs, lambda p, t: clone_tensor(t), "kwargs", s.problems)
+    s.nbytes = cp.bytes
+    return s
+
+
+def output_ref(value: Any) -> Any:
+    """The step's returned loss, detached (a reference: a fresh tensor nobody changes), or None."""
+    if isinstance(value, torch.Tensor):
+        return value.detach()
+    if isinstance(value, Mapping) and isinstance(value.get("loss"), torch.Tensor):
+        return value["loss"].detach()
+    if isinstance(value, (tuple, list)) and value and isinstance(value[0], torch.Tensor):
+        return value[0].detach()
+    return None
+
+
+def same_bits(a: Any, b: Any) -> bool:
+    """Whether two tensors hold the same bits (NaN payloads included)."""
+    if a is None or b is None:
+        return a is None and b is None
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+    with torch._C.DisableTorchFunction():
+        size = a.element_size()
+        if a.dtype.is_complex or size not in ints:
+            return bool(torch.equal(a, b))
+        return bool(torch.equal(a.contiguous().view(ints[size]), b.contiguous().view(ints[size])))
+
+
+def describe(value: Any) -> str:
+    """A short text of a tensor's value (the loss in a mismatch message)."""
+    if value is None:
+        return "None"
+    with torch._C.DisableTorchFunction():
+        v = value.detach().float().cpu()
+        return repr(v.item()) if v.numel() == 1 else f"tensor of shape {tuple(v.shape)}"
+
+
+def keep_args(args: tuple, kwargs: dict) -> tuple[tuple, dict, list[str]]:
+    """A later call's arguments within the same step (gradient accumulation): cloned, with problems."""
+    problems: list[str] = []
+    with torch._C.DisableTorchFunction():
+        a = _walk(args, lambda p, t: clone_tensor(t), "args", problems)
+        k = _walk(kwargs, lambda p, t: clone_tensor(t), "kwargs", problems)
+    return a, k, problems
+
+
+def fresh_args(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """Fresh copies of kept arguments for one run (the step may change its inputs in place)."""
+    sink: list[str] = []
+    return (_walk(args, lambda _p, t: clone_tensor(t), "args", sink),
+            _walk(kwargs, lambda _p, t: clone_tensor(t), "kwargs", sink))

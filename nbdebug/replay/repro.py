@@ -1,0 +1,128 @@
+"""``dbg.save_repro(path, step, node=None)`` and ``nbdebug.load_repro(path)``: a step (or one op of it) as a
+folder that recomputes it in a fresh process, for a bug report or a colleague.
+
+The folder holds ``manifest.json`` (versions, the step, how to rebuild the model and optimizers, the
+arguments' structure, RNG states as JSON), the tensors (``tensors.safetensors``, or ``tensors/*.npy`` with
+the index in the manifest), ``stats.json`` (the replayed step's graph and statistics at ``mix``) and a
+generated ``repro.py``. ``python repro.py`` rebuilds the step and checks its loss — or, with ``node=``,
+calls that op on its saved inputs and checks its output — bit for bit (exit status 0 when identical).
+:func:`load_repro` reads the JSON and arrays only: nothing in the folder is imported, executed or
+unpickled.
+
+>>> import os, tempfile
+>>> load_repro(tempfile.mkdtemp())
+Traceback (most recent call last):
+...
+FileNotFoundError: ... is not a reproduction folder (no manifest.json): write one with dbg.save_repro(path, step)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from typing import Any
+
+import numpy as np
+
+from ..frameworks.registry import backend_named
+from ..offline import OfflineSession
+from ..session.dump_session import DumpSession
+from .replayer import replay
+
+MANIFEST = "manifest.json"
+STATS = "stats.json"
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("nbdebug")
+    except Exception:  # noqa: BLE001 - not installed as a distribution
+        return "unknown"
+
+
+def _stats_json(replayed: Any) -> dict[str, Any]:
+    """The replayed step's graph and statistics table as JSON."""
+    g = replayed.session.graph
+    table = replayed.session.steps[replayed.step]
+    return {"step": replayed.step, "level": replayed.level,
+            "nodes": [[n.name, n.kind, n.op_type, n.scope, n.section] for n in g.in_order()],
+            "edges": [[s, d, a, b] for (s, d), slots in g.edges.items() for a, b in slots],
+            "keys": [list(k) for k in table.keys], "dtypes": list(table.dtypes),
+            "shapes": [list(s) for s in table.shapes], "values": table.values.tolist()}
+
+
+def save_repro(dbg: Any, path: Any, step: Any = "last", node: str | None = None, *,
+               model_factory: str | None = None) -> str:
+    """Write the reproduction folder of ``step`` (``node``: of that op only); returns its path."""
+    folder = os.fspath(path)
+    if os.path.exists(folder) and os.listdir(folder):
+        raise FileExistsError(f"{folder} exists and is not empty: save_repro writes a new folder")
+    kept = dbg._replay.get(step) if dbg._replay is not None else dbg.replay(step)  # the latter raises
+    rs = dbg.backend.replay_state()
+    fw = dbg.backend.repro()
+    call: dict[str, Any] = {}
+
+    def tap(n: Any, _tensors: Any, c: Any) -> None:
+        if n.name == node and c is not None and "args" not in call:
+            a, k, _ = rs.keep_args(c[0], c[1] or {})
+            call["args"], call["kwargs"] = a, k
+            call["out"] = rs.keep_args((c[2],), {})[0][0]
+
+    replayed = replay(dbg, kept, "mix", tap=tap if node is not None else None)
+    model = dbg._adapter.model_ref()
+    version, _device = dbg.backend.info(model)
+    header = (f"Reproduction of step {kept.step}" + (f", op {node}" if node else "") +
+              f", written by nbdebug {_version()} ({dbg.backend.name} {version}, Python {platform.python_version()})."
+              f"\n\nRun: python repro.py  (exit status 0: bitwise identical to the original)")
+    os.makedirs(folder, exist_ok=True)
+    if node is not None:
+        if node not in replayed.graph.nodes:
+            raise KeyError(f"no node {node!r} in step {kept.step} at mix")
+        if "args" not in call:
+            raise ValueError(f"{node} is not an op call whose arguments can be saved (a module or backward node): "
+                             f"name a Functional/Torch/Tensor op of the step")
+        out = fw.save_op(folder, node, (call["args"], call["kwargs"]), call["out"], header)
+    else:
+        expected = kept.outputs[0] if kept.outputs else None
+        out = fw.save_step(folder, model, kept.state, kept.fn, kept.objects, expected, model_factory, header)
+    manifest = dict(out["manifest"], step=kept.step, framework=dbg.backend.name, framework_version=version,
+                    nbdebug=_version(), python=platform.python_version(), numpy=np.__version__,
+                    bitwise_replay=replayed.bitwise)
+    with open(os.path.join(folder, MANIFEST), "w") as f:
+        json.dump(manifest, f)
+    with open(os.path.join(folder, STATS), "w") as f:
+        json.dump(_stats_json(replayed), f)
+    with open(os.path.join(folder, "repro.py"), "w") as f:
+        f.write(out["script"])
+    return folder
+
+
+def load_repro(path: Any) -> OfflineSession:
+    """A reproduction folder opened for reading (``panel()``, ``stats``, ``first_nonfinite``), from its JSON and
+    arrays only — no code from the folder runs. ``.meta`` is the manifest; ``.meta["arrays"]`` the saved
+    tensors as NumPy arrays (the op's arguments and output for a ``node=`` folder)."""
+    folder = os.fspath(path)
+    mpath = os.path.join(folder, MANIFEST)
+    if not os.path.isfile(mpath):
+        raise FileNotFoundError(f"{folder} is not a reproduction folder (no {MANIFEST}): write one with "
+                                f"dbg.save_repro(path, step)")
+    with open(mpath) as f:
+        manifest = json.load(f)
+    with open(os.path.join(folder, STATS)) as f:
+        stats = json.load(f)
+    session = DumpSession(framework=manifest["framework"])
+    for order, (name, kind, op_type, scope, section) in enumerate(stats["nodes"]):
+        session.graph.add_node(name, kind=kind, op_type=op_type, scope=scope, section=section).order = order
+    for src, dst, a, b in stats["edges"]:
+        session.graph.add_edge(src, dst, a, b)
+    keys = [tuple(k) for k in stats["keys"]]
+    for (name, slot), shape, dtype in zip(keys, stats["shapes"], stats["dtypes"], strict=True):
+        session.graph.nodes[name].shapes[slot] = tuple(shape)
+        session.graph.nodes[name].dtypes[slot] = dtype
+    session.add_step(stats["step"], keys, stats["dtypes"], [tuple(s) for s in stats["shapes"]],
+                     np.asarray(stats["values"], dtype=np.float64))
+    manifest["arrays"] = backend_named(manifest["framework"]).repro().read_arrays(folder, manifest["tensors"])
+    return OfflineSession(session, path=folder, layout="repro", meta=manifest)
