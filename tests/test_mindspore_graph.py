@@ -13,6 +13,7 @@ from ms_fixtures import LeNet, assert_stats, batches, graph_trainer, loss_fn, ms
 import nbdebug
 from nbdebug.control import State
 from nbdebug.frameworks.mindspore import graph as kd
+from nbdebug.frameworks.mindspore import kernel_config
 from nbdebug.frameworks.mindspore.adapter import StepCallback
 
 pytestmark = pytest.mark.timeout(180)
@@ -212,7 +213,7 @@ def test_graph_step_control_on_the_worker_thread_and_model_train():
 
 
 def test_dump_config_owned_by_someone_else_is_a_clear_error(monkeypatch):
-    monkeypatch.setattr(kd, "_ARMED", {})
+    monkeypatch.setattr(kernel_config, "_ARMED", {})
     monkeypatch.setenv(kd.ENV, "/elsewhere/dump.json")
     with pytest.raises(RuntimeError, match="already set to '/elsewhere/dump.json'"):
         kd.arm_kernel_dump()

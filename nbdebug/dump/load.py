@@ -6,7 +6,7 @@ Layouts recognised (``detect_layout``):
   ``dump_tensor_data/*.npy|*.pt``), written by nbdebug or by ``mindstudio-probe`` for PyTorch or MindSpore.
   ``path`` may be the dump root, one ``step{N}`` folder, one rank folder, or a ``dump.json`` file.
 * ``kernel`` — a MindSpore graph-mode kernel dump (``rank_*/{net}/{graph}/{iteration}/*.npy`` with
-  ``graphs/`` and ``execution_order/``); read by ``nbdebug.frameworks.mindspore.graph.load_kernel_dump``.
+  ``graphs/`` and ``execution_order/``); read by ``nbdebug.frameworks.mindspore.kernel_load.load_kernel_dump``.
 * ``npy`` — a folder of ``.npy`` files saved by hand (TroubleShooter style, ``0_conv1.npy`` ...): one node
   per file, in the order of their numeric prefix (then name), statistics computed from the values.
 
@@ -109,10 +109,10 @@ def _load_npy_dir(path: str, session: DumpSession, problems: list[DumpProblem], 
 
 def _load_kernel(path: str, rank: int | str | None) -> Any:
     try:
-        from ..frameworks.mindspore.graph import load_kernel_dump
+        from ..frameworks.mindspore.kernel_load import load_kernel_dump
     except ImportError as e:
         raise NotImplementedError(
-            f"{path} is a MindSpore kernel dump, which needs nbdebug.frameworks.mindspore.graph.load_kernel_dump "
+            f"{path} is a MindSpore kernel dump, which needs nbdebug.frameworks.mindspore.kernel_load.load_kernel_dump "
             f"(not available: {e})") from None
     if isinstance(rank, str):
         digits = re.sub(r"\D", "", rank)

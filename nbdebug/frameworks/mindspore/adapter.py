@@ -23,7 +23,7 @@ import mindspore as ms
 from mindspore.train.callback import Callback
 
 from ...session.session import Session
-from .graph import check_every
+from .kernel_config import check_every
 from .pynative import LEVELS as _PYNATIVE_LEVELS
 from .pynative import PyNativeAdapter
 

@@ -24,7 +24,7 @@ import queue
 import threading
 from collections.abc import Iterable
 
-from .graph import graph_dirs
+from .kernel_load import graph_dirs
 
 
 class DumpScanner:

@@ -157,7 +157,7 @@ def _one(x):
 def _forget_config() -> None:
     """MindSpore has compiled a graph, so it has read the dump config: drop the variable (children of
     this process must not write into this process's dump)."""
-    cfg = kd._ARMED.get("config")
+    cfg = kd.armed_config()
     if cfg is not None and os.environ.get(kd.ENV) == cfg:
         del os.environ[kd.ENV]
 

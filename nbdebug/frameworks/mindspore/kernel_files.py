@@ -1,0 +1,228 @@
+"""The ``.npy`` files of one iteration of a kernel dump: their names parsed, indexed by kernel, matched to the
+kernels of a :class:`~nbdebug.frameworks.mindspore.kernel_graph.KernelGraph`, split into graph runs, and read
+into statistics rows.
+
+>>> parse_dump_name("MatMul.MatMul-op0.0.0.1700000000.output.0.DefaultFormat.float32.npy")
+('MatMul.MatMul-op0', 'output.0', 1700000000, 'float32')
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+from collections.abc import Iterable
+
+import numpy as np
+
+from ..core.native import fastats as _fastats  # the optional native kernel (None: numpy is the fallback)
+from ..npy_read import read_npy, read_npy_shape
+from .kernel_graph import Kernel, KernelGraph
+
+_NAN_ROW = [float("nan")] * 5 + [0.0] * 4
+_NP_CODES = {np.dtype(np.float32): 0, np.dtype(np.float64): 1, np.dtype(np.float16): 2, np.dtype(np.int8): 4,
+             np.dtype(np.uint8): 5, np.dtype(np.int16): 6, np.dtype(np.int32): 7, np.dtype(np.int64): 8,
+             np.dtype(np.bool_): 9}
+
+
+# -- the .npy files of one iteration ----------------------------------------------------------------
+
+def _mapping(iter_dir: str) -> dict[str, str]:
+    mapping: dict[str, str] = {}
+    mapping_csv = os.path.join(iter_dir, "mapping.csv")
+    if os.path.exists(mapping_csv):  # long names were replaced by numbers
+        with open(mapping_csv, newline="") as f:
+            for row in csv.reader(f):
+                if len(row) >= 2:
+                    mapping[row[0].strip()] = row[1].strip()
+    return mapping
+
+
+def parse_dump_name(fname: str, mapping: dict[str, str] | None = None) -> tuple[str, str, int, str] | None:
+    """``(file key, slot, timestamp, dtype)`` of a kernel dump file name, or None for other files."""
+    if not fname.endswith(".npy"):
+        return None
+    real = (mapping.get(fname) or mapping.get(fname[:-4]) or fname) if mapping else fname
+    parts = (real[:-4] if real.endswith(".npy") else real).rsplit(".", 7)
+    if len(parts) != 8 or parts[4] not in ("input", "output") or not parts[3].isdigit():
+        return None
+    key, _task, _stream, ts, io, idx, _fmt, dtype = parts
+    return key, f"{io}.{idx}", int(ts), dtype.lower()
+
+
+def index_files(iter_dir: str, names: Iterable[str]) -> dict[str, dict[str, str]]:
+    """``{file key: {"input.0": path, ..., "__dtype__.input.0": dtype}}`` for dump files of one run."""
+    mapping = _mapping(iter_dir)
+    out: dict[str, dict[str, str]] = {}
+    first: dict[str, int] = {}
+    prefix = os.path.join(iter_dir, "")
+    for fname in names:
+        parsed = parse_dump_name(fname, mapping)
+        if parsed is None:
+            continue
+        key, slot, ts, dtype = parsed
+        entry = out.get(key)
+        if entry is None:
+            entry = out[key] = {}
+        entry[slot] = prefix + fname
+        entry["__dtype__." + slot] = dtype
+        if ts < first.get(key, ts + 1):
+            first[key] = ts
+            entry["__ts__"] = str(ts)
+    return out
+
+
+_OP_INDEX = re.compile(r"-op\d+$")
+
+
+def match_kernel_files(kg: KernelGraph, files: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
+    """``{kernel name: its files}`` for one run.
+
+    The ``-op{N}`` suffix in dump file names is MindSpore's own numbering, not the graph file's and the
+    execution order's (under AMP the graph's ``Cast-op2..op6`` of a scope are dumped as ``Cast-op0..op4``,
+    and where both count ``op0..op5`` they may name different kernels), and the runtime may run independent
+    kernels in another order than the csv. So the kernels of one scope and type are paired with its files
+    by the declared dtype and shape of every slot (from the IR; shapes from the files' headers), ties in
+    execution order against dump (timestamp) order. A file keeps its kernel across runs: the pairing is
+    learnt once per graph (``kg.pairing``).
+    """
+    groups: dict[str, list[Kernel]] = {}
+    for k in kg.kernels:
+        groups.setdefault(_OP_INDEX.sub("", k.file_key), []).append(k)
+    spare: dict[str, list[tuple[int, str]]] = {}
+    for key, f in files.items():
+        if not key.startswith("Parameter."):
+            spare.setdefault(_OP_INDEX.sub("", key), []).append((int(f.get("__ts__", 0)), key))
+    out: dict[str, dict[str, str]] = {}
+    for group, kernels in groups.items():
+        keys = [key for _ts, key in sorted(spare.get(group, ()))]
+        if len(kernels) == 1 and len(keys) == 1:
+            out[kernels[0].name] = files[keys[0]]
+            continue
+        if keys and all(key in kg.pairing for key in keys):
+            out.update((kg.pairing[key], files[key]) for key in keys)
+            continue
+        unused = [(_file_signature(files[key]), key) for key in keys]
+        for k in kernels:
+            if not unused:
+                break
+            pick = next((i for i, (sig, _key) in enumerate(unused) if _signature_fits(k, sig)), 0)
+            key = unused.pop(pick)[1]
+            out[k.name] = files[key]
+            kg.pairing[key] = k.name
+    return out
+
+
+def _file_signature(kfiles: dict[str, str]) -> dict[str, tuple[str, tuple[int, ...] | None]]:
+    sig = {}
+    for slot, path in kfiles.items():
+        if slot.startswith("__"):
+            continue
+        try:
+            shape = read_npy_shape(path)
+        except ValueError:
+            shape = None
+        sig[slot] = (kfiles.get(f"__dtype__.{slot}", ""), shape)
+    return sig
+
+
+def _signature_fits(k: Kernel, sig: dict[str, tuple[str, tuple[int, ...] | None]]) -> bool:
+    if not k.declared:
+        return True
+    for slot, (dtype, shape) in sig.items():
+        want_dtype, want_shape = k.declared.get(slot, ("", None))
+        if want_dtype and want_dtype != dtype:
+            return False
+        if want_shape is not None and shape is not None and (len(want_shape) != len(shape) or any(
+                w >= 0 and w != d for w, d in zip(want_shape, shape, strict=True))):  # -1: a dynamic dimension
+            return False
+    return True
+
+
+def index_iteration(iter_dir: str) -> dict[str, dict[str, str]]:
+    """:func:`index_files` for every file of a ``{graph}/{iteration}`` directory (one run)."""
+    return index_files(iter_dir, os.listdir(iter_dir))
+
+
+def split_runs(iter_dir: str) -> list[tuple[int, dict[str, dict[str, str]]]]:
+    """The graph runs dumped into one iteration directory, in time order: ``[(first timestamp, index)]``.
+
+    MindSpore's iteration counter does not always advance between runs of a graph, so one directory
+    can hold several runs; the k-th file of a (kernel, slot) belongs to the k-th run.
+    """
+    mapping = _mapping(iter_dir)
+    entries = []
+    for fname in os.listdir(iter_dir):
+        parsed = parse_dump_name(fname, mapping)
+        if parsed is not None:
+            entries.append((parsed[2], parsed[0], parsed[1], fname))
+    entries.sort()
+    seen: dict[tuple[str, str], int] = {}
+    runs: list[list[str]] = []
+    starts: list[int] = []
+    for ts, key, slot, fname in entries:
+        k = seen.get((key, slot), 0)
+        seen[(key, slot)] = k + 1
+        while len(runs) <= k:
+            runs.append([])
+            starts.append(ts)
+        runs[k].append(fname)
+    return [(starts[i], index_files(iter_dir, names)) for i, names in enumerate(runs)]
+
+
+def _slot_order(slot: str) -> tuple[int, int, str]:
+    io, _, idx = slot.partition(".")
+    return (0 if io == "input" else 1, int(idx) if idx.isdigit() else 1 << 30, idx)
+
+
+def load_npy(path: str) -> np.ndarray:
+    try:
+        return read_npy(path)
+    except ValueError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any unreadable file: name it
+        raise ValueError(f"cannot read dump file {path}: {exc}") from None
+
+
+def array_row(arr: np.ndarray, out: np.ndarray) -> str | None:
+    """Write the raw stats row of ``arr`` into ``out`` (9 floats); returns an unsupported reason or None."""
+    if arr.size == 0:
+        out[:] = _NAN_ROW[:2] + [0.0] * 7
+        return None
+    if arr.dtype.kind == "c":
+        out[:] = _NAN_ROW
+        return f"unsupported: complex dtype {arr.dtype}"
+    if arr.dtype.kind == "V" and arr.dtype.itemsize == 2:  # bfloat16 saved as raw 16-bit words
+        arr = arr.view(np.uint16)
+        code = 3
+    else:
+        code = _NP_CODES.get(arr.dtype)
+    if not arr.flags.c_contiguous:
+        arr = np.ascontiguousarray(arr)
+    if _fastats is not None and code is not None:
+        _fastats.reduce(arr.ctypes.data, arr.size, code, out.ctypes.data)
+        return None
+    if arr.dtype.kind not in "biuf":
+        out[:] = _NAN_ROW
+        return f"unsupported: dtype {arr.dtype}"
+    x = arr.astype(np.float64).ravel()
+    with np.errstate(all="ignore"):
+        out[:] = [x.max(), x.min(), x.sum(), np.abs(x).sum(), (x * x).sum(), np.count_nonzero(x == 0),
+                  np.count_nonzero(np.isnan(x)), np.count_nonzero(x == np.inf), np.count_nonzero(x == -np.inf)]
+    return None
+
+
+_EMPTY = np.zeros(0, np.float32)
+
+
+def misdump_reason(path: str, file_dtype: str, device_dtype: str) -> str:
+    """Why a dump file that disagrees with its kernel's dtype is not shown (see :meth:`RunRecorder._load`).
+
+    >>> misdump_reason("/d/MatMul.x.output.0.DefaultFormat.Float16.npy", "float16", "float32").split(", so")[0]
+    "not the value used: MindSpore's kernel dump wrote this float32 tensor as float16 (the graph's declared \
+type; the CPU kernel computes in float32)"
+    """
+    return (f"not the value used: MindSpore's kernel dump wrote this {device_dtype} tensor as {file_dtype} "
+            f"(the graph's declared type; the CPU kernel computes in {device_dtype}), so "
+            f"{os.path.basename(path)} holds the buffer's bytes misread as {file_dtype}; "
+            f"no statistics or value are shown for it")

@@ -1,0 +1,240 @@
+"""Graph runs recorded into a framework-neutral session: a :class:`RunRecorder` turns the matched ``.npy`` files
+of one step's graph runs into node slots, statistics rows (:class:`RowBuffer`) and retained values read on
+demand (:class:`NpyRef`).
+
+>>> import numpy as np
+>>> rows = RowBuffer(); rows.add(np.array([1.0, -2.0], np.float32))[0], rows.raw().shape[0]
+(0, 1)
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ...session.session import RawRows, Session
+from ...session.store import NotRetainedError
+from .kernel_files import (
+    _EMPTY,
+    _NAN_ROW,
+    _slot_order,
+    array_row,
+    index_iteration,
+    load_npy,
+    match_kernel_files,
+    misdump_reason,
+)
+from .kernel_graph import Kernel, KernelGraph
+from .kernel_ir import is_optimizer_state
+
+
+class NpyRef:
+    """Retention handle for a tensor that lives in a dump file (read on demand)."""
+
+    __slots__ = ("path", "nbytes", "__weakref__")
+
+    def __init__(self, path: str, nbytes: int) -> None:
+        self.path, self.nbytes = path, nbytes
+
+    def numpy(self) -> np.ndarray:
+        if not os.path.exists(self.path):
+            raise NotRetainedError(f"the dump file {os.path.basename(self.path)} was removed (only the current "
+                                   f"and previous iterations are kept on disk)")
+        arr = load_npy(self.path)
+        if arr.dtype.kind == "V" and arr.dtype.itemsize == 2:
+            arr = (arr.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+        return arr
+
+
+class RowBuffer(RawRows):
+    """Host rows of the step in progress (GRAPH mode computes them from files, on the host)."""
+
+    def add(self, arr: np.ndarray) -> tuple[int, str | None]:
+        row = self._next_row()
+        return row, array_row(arr, self._host[row])
+
+    def add_unknown(self) -> int:
+        """A row for a tensor whose values are unknown: NaN statistics, no NaN/Inf counted."""
+        row, _ = self.add(_EMPTY)
+        self._host[row] = _NAN_ROW
+        return row
+
+    def raw(self) -> np.ndarray:
+        return self._host[: self._n]
+
+
+class RunRecorder:
+    """Writes graph runs (one iteration directory of one graph each) into the step in progress."""
+
+    def __init__(self, session: Session, *, retain: bool = True, weights: set[str] | None = None,
+                 emit: Callable[[Any], None] | None = None) -> None:
+        self.session = session
+        self.retain = retain
+        #: names of the model's parameters (kind "parameter"); None: guess (not optimizer state)
+        self.weights = weights
+        self.emit = emit or (lambda node: None)
+        self.buf = RowBuffer()
+        #: (file, message) for every dump file that could not be read (the slot is left out)
+        self.problems: list[tuple[str, str]] = []
+        #: ``{(node, slot): (path, shape, dtype)}`` of the step in progress
+        self.files: dict[tuple[str, str], tuple[str, tuple[int, ...], str]] = {}
+        self._graph_edges: set[int] = set()
+        self._names: dict[tuple[int, str], str] = {}
+        self._owner: dict[str, int] = {}
+        self._inputs: dict[str, str] = {}
+
+    def new_step(self) -> None:
+        self.buf = RowBuffer()
+        self.files = {}
+
+    def raw(self) -> np.ndarray:
+        return self.buf.raw()
+
+    def node_name(self, kg: KernelGraph, kernel: str) -> str:
+        """A kernel's node name: its full scope name, prefixed by the graph when another graph has it."""
+        key = (kg.graph_id, kernel)
+        name = self._names.get(key)
+        if name is None:
+            owner = self._owner.setdefault(kernel, kg.graph_id)
+            name = kernel if owner == kg.graph_id else f"graph_{kg.graph_id}/{kernel}"
+            self._names[key] = name
+        return name
+
+    def _source_name(self, kg: KernelGraph, src: tuple[str, ...], consumer: Kernel, slot: str) -> tuple[str, str]:
+        """The (node, slot) an input of ``consumer`` comes from."""
+        kind, ref = src[0], src[1]
+        if kind == "kernel":
+            return self.node_name(kg, ref), src[2]
+        if kind == "param":
+            p = kg.params.get(ref)
+            if p is not None and not p.is_weight:
+                return self._inputs.setdefault(ref, f"Input.{len(self._inputs)}"), "output.0"
+            return f"Parameter.{ref}", "output.0"
+        return f"Constant.{self.node_name(kg, consumer.name)}.{slot}", "output.0"
+
+    def _source_node(self, kg: KernelGraph, src: tuple[str, ...], consumer: Kernel, slot: str) -> Any:
+        """Register the parameter / input / constant feeding ``consumer`` (it executes now)."""
+        s = self.session
+        name, _ = self._source_name(kg, src, consumer, slot)
+        ref = src[1]
+        if src[0] == "param":
+            p = kg.params.get(ref)
+            weight = (ref in self.weights) if self.weights is not None else \
+                (p is not None and p.is_weight and not is_optimizer_state(ref))
+            if p is not None and not p.is_weight:
+                node = s.node(name, kind="input", op_type=ref, scope="")
+            elif weight:
+                node = s.node(name, kind="parameter", op_type="Parameter", scope=consumer.scope)
+            else:
+                node = s.node(name, kind="constant", op_type="Parameter", scope=consumer.scope,
+                              section="optimizer" if is_optimizer_state(ref) else "forward")
+        else:
+            node = s.node(name, kind="constant", op_type="Tensor", scope=consumer.scope, section=consumer.section)
+        node.graph = kg.file  # type: ignore[attr-defined]  # the panel's graph filter
+        return node
+
+    def record(self, kg: KernelGraph, iter_dir: str, *, files: dict[str, dict[str, str]] | None = None) -> int:
+        """Record one run of ``kg`` from ``iter_dir``; returns the number of kernels recorded."""
+        return self.record_runs([(kg, index_iteration(iter_dir) if files is None else files)])
+
+    def record_runs(self, runs: list[tuple[KernelGraph, dict[str, dict[str, str]]]]) -> int:
+        """Record the graph runs of one call (a model with control flow runs several kernel graphs: the
+        main one and its branches/loop bodies). Each graph's kernels keep their execution order; the graphs
+        are interleaved by the kernels' dump timestamps, so a value born in a branch comes before what the
+        main graph computed from it. Returns the number of kernels recorded."""
+        s = self.session
+        states = []
+        queues = []
+        # a parameter is recorded where the step first uses it: a later graph of the same call (the
+        # optimizer's) may dump it after updating it in place
+        sources_done: set[str] = set()
+        for r, (kg, files) in enumerate(runs):
+            first = kg.graph_id not in self._graph_edges
+            self._graph_edges.add(kg.graph_id)
+            states.append((kg, first, {}, sources_done))
+            matched = match_kernel_files(kg, files)
+            queues.append([(int(matched[k.name].get("__ts__", 0)), r, k, matched[k.name])
+                           for k in kg.kernels if k.name in matched])
+        order = queues[0] if len(queues) == 1 else heapq.merge(*queues, key=lambda item: item[0])
+        count = 0
+        for _ts, r, k, kfiles in order:
+            kg, first, produced, sources_done = states[r]
+            name = self.node_name(kg, k.name)
+            # parameters, inputs and constants first consumed here execute just before it
+            for slot, src in k.sources.items():
+                if src[0] == "kernel":
+                    continue
+                sname, _ = self._source_name(kg, src, k, slot)
+                if sname not in sources_done and slot in kfiles:
+                    sources_done.add(sname)
+                    snode = self._source_node(kg, src, k, slot)
+                    entry = self._load(kfiles[slot], kfiles.get(f"__dtype__.{slot}", ""), k.device_dtypes.get(slot))
+                    if entry is not None:
+                        self._put(snode, "output.0", entry)
+                        produced[(sname, "output.0")] = entry
+                    self.emit(snode)
+            node = s.node(name, kind="op", op_type=k.op_type, scope=k.scope, section=k.section,
+                          stack=(lambda st=k.stack: list(st)))
+            node.graph = kg.file  # type: ignore[attr-defined]  # the panel's graph filter
+            for slot in sorted((sl for sl in kfiles if not sl.startswith("__")), key=_slot_order):
+                src = k.sources.get(slot)
+                entry = None
+                if src is not None:
+                    pname, pslot = self._source_name(kg, src, k, slot)
+                    entry = produced.get((pname, pslot))
+                    if first:
+                        s.graph.add_edge(pname, name, pslot, slot)
+                if entry is None:
+                    entry = self._load(kfiles[slot], kfiles.get(f"__dtype__.{slot}", ""), k.device_dtypes.get(slot))
+                    if entry is None:
+                        continue
+                self._put(node, slot, entry)
+                if slot.startswith("output"):
+                    produced[(name, slot)] = entry
+            count += 1
+            self.emit(node)
+        return count
+
+    def _load(self, path: str, dtype: str, device: str | None = None) -> tuple | None:
+        """Statistics row and handle of one file; None (and a problem naming the file) when unreadable.
+
+        ``device`` is the dtype the kernel really reads or writes in that slot (the IR's kernel-info line).
+        When the file was written with another dtype, it is not the value used: MindSpore names and sizes
+        the file by the graph's declared type (e.g. float16 under AMP O2) while a CPU kernel selected for
+        float32 holds float32 in the buffer, so the file is the buffer's first bytes read as float16. Such a
+        slot gets no statistics and no value, and says why (:func:`misdump_reason`)."""
+        try:
+            arr = load_npy(path)
+        except ValueError as exc:
+            self.problems.append((path, str(exc).split(": ", 1)[-1]))
+            return None
+        shape = tuple(int(d) for d in arr.shape)
+        name = dtype or str(arr.dtype)
+        if arr.dtype.kind == "V" and arr.dtype.itemsize == 2:
+            name = "bfloat16"
+        if device and dtype and device != dtype:
+            row = self.buf.add_unknown()
+            return row, device, shape, int(arr.size), misdump_reason(path, dtype, device), None, path, True
+        row, why = self.buf.add(arr)
+        handle = NpyRef(path, int(arr.nbytes)) if self.retain else None
+        return row, name, shape, int(arr.size), why, handle, path, False
+
+    def _put(self, node: Any, slot: str, entry) -> None:
+        row, dtype, shape, count, why, handle, path, misdumped = entry
+        s = self.session
+        key = (node.name, slot)
+        if not misdumped:
+            self.files[key] = (path, shape, dtype)
+        s.recorder.add(key, row, dtype, shape, count)
+        if why is not None:
+            s.recorder.unsupported[s.recorder.index[key]] = why
+        node.shapes[slot] = shape
+        node.dtypes[slot] = dtype
+        if handle is not None:
+            s.store.offer(key, handle)
+        elif misdumped and self.retain:
+            s.store.refuse(key, why)
