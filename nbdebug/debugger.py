@@ -29,6 +29,8 @@ from .watch.reader import Reader
 from .watch.watchpoints import WatchManager
 
 _ATTACHED: dict[int, tuple[weakref.ref, weakref.ref]] = {}  # id(model) -> (model, Debugger)
+#: the watchpoint conditions that read the monitor series (all a level="monitor" Debugger can check)
+MONITOR_CONDITIONS = ("SPIKE", "DRIFT", "STALL", "ODD_RANK")
 _LAST: list[weakref.ref | None] = [None]
 
 
@@ -91,7 +93,9 @@ class Debugger(Reader):
     Parameters
     ----------
     model: the ``torch.nn.Module`` to watch.
-    level: ``"L0"`` (module calls), ``"L1"`` (every op) or ``"mix"`` (both).
+    level: ``"L0"`` (module calls), ``"L1"`` (every op), ``"mix"`` (both) or ``"monitor"`` (no graph,
+        statistics or values: only the per-step norms of ``session.monitor``, which every level records; a
+        few percent of the step — README "Monitor level").
     capture: start capturing at once (``dbg.capture = False`` pauses capture; hooks stay attached).
     memory_budget: bytes of tensor values kept for the current and previous step (default 512 MiB).
     retain: keep tensor values at all (statistics are always kept).
@@ -174,9 +178,13 @@ class Debugger(Reader):
                                on_thread_exit=self._thread_exit)
         self._node_sub: Any = None
         self.watchpoints = WatchManager(self.session)
+        self.watchpoints.benign = self.benign_nonfinite
         self.loss_scale = LossScaleTracker()
         self._ls_probe: Any = None
         if dump_dir is not None or config is not None:
+            if self.level == "monitor":
+                raise ValueError("level='monitor' records no tensors, so it writes no dump: use L0, L1 or mix "
+                                 "with dump_dir / config")
             self.dump = feature("attach_dump")(self, dump_dir, task, config)
         self.session.subscribe("step", self._on_step)
         _LAST[0] = weakref.ref(self)
@@ -218,6 +226,15 @@ class Debugger(Reader):
         self._adapter.thread_exit()
 
     # -- watchpoints (the rest is Reader's) ------------------------------------------------------
+    def watch(self, condition: str, nodes: Any = None, **params: Any) -> Any:
+        """As :meth:`Reader.watch`; at ``level="monitor"`` only the conditions over the monitor series
+        (temporal: SPIKE, DRIFT, STALL, ODD_RANK) have something to check: any other is a ``ValueError``."""
+        if self.level == "monitor" and str(condition).upper() not in MONITOR_CONDITIONS:
+            raise ValueError(f"watchpoint {condition!r} checks tensors, and level='monitor' records none (only the "
+                             f"per-step monitor series): use {', '.join(MONITOR_CONDITIONS)} on the series, or "
+                             f"attach at level L0, L1 or mix")
+        return super().watch(condition, nodes, **params)
+
     def _watch_changed(self) -> None:
         if self.check == "node" and self._node_sub is None:
             self._node_sub = self.session.subscribe("node", self._on_node)
@@ -326,7 +343,14 @@ class Debugger(Reader):
 
         self._ls_probe = self.backend.loss_scale_probe(scaler, self.loss_scale, step=lambda: self.current_step,
                                                       on_update=boundary)
+        self._ls_probe.on_scale = self._adapter.note_scaled  # the monitor's loss and loss_scale
         return self.loss_scale
+
+    def record_loss(self, loss: Any) -> None:
+        """The loss of the step in progress for the monitor's ``Run.loss`` (a single-value tensor or number;
+        no host read). Without it the monitor takes the loss given to a tracked GradScaler's ``scale()``,
+        else the model's own (a ``loss`` in its output, or a scalar output)."""
+        self._adapter.note_loss(loss)
 
     def loss_scale_history(self) -> list[Any]:
         """Per step: loss scale and whether the step overflowed."""

@@ -31,6 +31,9 @@ parameter ``Parameter.{path}`` has ``weight_norm``, ``grad_norm``, ``update_norm
 (5.0, None)
 >>> m.last_step, len(m)
 (6, 7)
+>>> steps, values = m.columns([("Parameter.w", "grad_norm"), ("Run", "nothing")])
+>>> steps.tolist(), values[:, 0].tolist(), bool(np.isnan(values[:, 1]).all())
+([1, 3, 4, 5, 6], [1.0, 3.0, 4.0, 5.0, 6.0], True)
 """
 
 from __future__ import annotations
@@ -165,42 +168,65 @@ class Monitor:
         """The fields recorded for series ``name``."""
         return [f for n, f in self.keys if n == name]
 
+    def _order(self) -> np.ndarray:
+        """Ring indices of the full-resolution rows, oldest first."""
+        return (self._head + np.arange(self._count)) % self.horizon
+
+    def _position(self, step: int) -> int | None:
+        """The ring index of ``step``'s full-resolution row (None when folded or not recorded)."""
+        if self._count == 0:
+            return None
+        idx = self._order()
+        steps = self._ring_steps[idx]
+        i = int(np.searchsorted(steps, step))
+        return int(idx[i]) if i < len(steps) and steps[i] == step else None
+
     def recent(self) -> tuple[np.ndarray, np.ndarray]:
-        """``(steps, rows)`` of the full-resolution part, oldest first (rows: steps × series, float32)."""
-        idx = (self._head + np.arange(self._count)) % self.horizon
+        """``(steps, rows)`` of the full-resolution part, oldest first (rows: steps × series, float32; a copy of
+        every series — :meth:`columns` reads a few)."""
+        idx = self._order()
         return self._ring_steps[idx], self._ring[idx][:, :len(self.keys)]
+
+    def columns(self, keys: Sequence[Key], reduce: str = "max") -> tuple[np.ndarray, np.ndarray]:
+        """``(steps, values)`` of several series over the whole run: values is steps × len(keys), float32, NaN
+        where a series has no value; a folded block is one row at its last step (its max or min)."""
+        cols = np.fromiter((self._col.get(k, -1) for k in keys), np.int64, len(keys))
+        known = cols >= 0
+        idx = self._order()
+        steps = np.concatenate([self._dec_steps[:self._blocks, 1], self._ring_steps[idx]])
+        out = np.full((len(steps), len(keys)), np.nan, np.float32)
+        if known.any():
+            dec = self._dec_max if reduce == "max" else self._dec_min
+            picked = cols[known]
+            out[:self._blocks, known] = dec[:self._blocks][:, picked]
+            out[self._blocks:, known] = self._ring[np.ix_(idx, picked)]
+        return steps, out
 
     def series(self, name: str, field: str, reduce: str = "max") -> tuple[np.ndarray, np.ndarray]:
         """``(steps, values)`` of one series over the whole run, NaN-free. A folded block is one point at its
         last step, its max (``reduce="max"``) or min (``"min"``); unknown series give empty arrays."""
-        col = self._col.get((name, field))
-        if col is None:
+        if (name, field) not in self._col:
             return np.zeros(0, np.int64), np.zeros(0, np.float64)
-        dec = (self._dec_max if reduce == "max" else self._dec_min)[:self._blocks, col]
-        steps, rows = self.recent()
-        s = np.concatenate([self._dec_steps[:self._blocks, 1], steps])
-        v = np.concatenate([dec, rows[:, col]]).astype(np.float64)
+        steps, vals = self.columns([(name, field)], reduce)
+        v = vals[:, 0].astype(np.float64)
         keep = ~np.isnan(v)
-        return s[keep], v[keep]
+        return steps[keep], v[keep]
 
     def value(self, step: int, name: str, field: str) -> float | None:
         """The full-resolution value of a series at ``step`` (None when not recorded there, or folded)."""
         col = self._col.get((name, field))
-        if col is None or self._count == 0:
+        pos = self._position(step) if col is not None else None
+        if pos is None or np.isnan(self._ring[pos, col]):
             return None
-        steps, rows = self.recent()
-        i = int(np.searchsorted(steps, step))
-        if i == len(steps) or steps[i] != step or np.isnan(rows[i, col]):
-            return None
-        return float(rows[i, col])
+        return float(self._ring[pos, col])
 
     def row(self, step: int) -> dict[Key, float]:
         """Every series' full-resolution value at ``step`` ({} when folded or not recorded)."""
-        steps, rows = self.recent()
-        i = int(np.searchsorted(steps, step))
-        if i == len(steps) or steps[i] != step:
+        pos = self._position(step)
+        if pos is None:
             return {}
-        return {k: float(v) for k, v in zip(self.keys, rows[i]) if not np.isnan(v)}
+        vals = self._ring[pos, :len(self.keys)]
+        return {k: float(v) for k, v in zip(self.keys, vals, strict=True) if not np.isnan(v)}
 
     @property
     def nbytes(self) -> int:

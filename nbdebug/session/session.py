@@ -21,6 +21,7 @@ import numpy as np
 
 from .graph import Graph, Node
 from .history import HISTORY_FIELDS, History
+from .monitor import Monitor
 from .stats import FIELDS, STAT_KEYS, StatsTable, row_to_mapping
 from .store import NotRetainedError, TensorStore
 
@@ -109,7 +110,7 @@ class StatsNotRetainedError(NotRetainedError, KeyError):
 class StepRecorder:
     """The (node, slot) → stats-row bookkeeping of the step in progress (hot path: appends only)."""
 
-    __slots__ = ("keys", "rows", "dtypes", "shapes", "counts", "unsupported", "index", "by_node")
+    __slots__ = ("keys", "rows", "dtypes", "shapes", "counts", "unsupported", "index", "by_node", "active")
 
     def __init__(self) -> None:
         self.keys: list[tuple[str, str]] = []
@@ -120,6 +121,9 @@ class StepRecorder:
         self.unsupported: dict[int, str] = {}
         self.index: dict[tuple[str, str], int] = {}
         self.by_node: dict[str, list[int]] = {}
+        #: the step ran something though no tensor was recorded (the monitor level records no tensors): a
+        #: step in progress all the same (``len`` is at least 1), so step boundaries and partial steps hold
+        self.active = False
 
     def add(self, key: tuple[str, str], row: int, dtype: str, shape: tuple[int, ...], count: int) -> int:
         """Record ``key``'s row; returns its index."""
@@ -142,7 +146,7 @@ class StepRecorder:
         return n
 
     def __len__(self) -> int:
-        return len(self.keys)
+        return len(self.keys) or int(self.active)
 
 
 class Session:
@@ -162,6 +166,9 @@ class Session:
         #: finished steps whose full tables are kept (None: all); older ones move to :attr:`history`
         self.stats_window = stats_window
         self.history = History()
+        #: per-step scalar series for the whole run (norms per module and parameter, loss, loss scale),
+        #: recorded at every level; the only record of a step at level "monitor"
+        self.monitor = Monitor()
         self.step_index = 0
         self.store = TensorStore(memory_budget)
         #: the step whose values ``store.current`` holds; the store rotates lazily, when the next step

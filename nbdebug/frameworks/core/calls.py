@@ -153,8 +153,9 @@ class Calls:
 
     # -- optimizer --------------------------------------------------------------------------------
     def optimizer_done(self, cls: str, params: list[tuple[str, Any]]) -> None:
-        """The model's optimizer ran: its node, then the step end unless the user marks steps."""
-        if self.capturing:
+        """The model's optimizer ran: its node (none at the monitor level), then the step end unless the user
+        marks steps."""
+        if self.capturing and self.level != "monitor":
             self.busy = True
             try:
                 with self.ops.quiet():

@@ -23,10 +23,13 @@ from typing import Any
 
 from ...session.session import Session
 from .calls import Calls
+from .monitoring import MonitorRows
 from .recording import Recording
 from .records import flatteners, user_stack
 
-LEVELS = ("L0", "L1", "mix")
+#: ``monitor``: no graph, no statistics tables, no retained values — only the per-step monitor series
+#: (``Session.monitor``), which every other level records too
+LEVELS = ("L0", "L1", "mix", "monitor")
 
 
 class Capture(Recording, Calls):
@@ -64,6 +67,9 @@ class Capture(Recording, Calls):
         #: id(buffer) -> (weak reference, qualified name): ``Constant`` nodes
         self._buffer_info: dict[int, tuple[Any, str]] = {}
         self._module_names: dict[int, tuple[str, str]] = {}  # module key -> (node name base, parent scope)
+        #: the framework's monitor probe (``collect() -> (keys, values)`` at each step end), set by the adapter
+        self.monitor_probe: Any = None
+        self._monitor_rows = MonitorRows(self.module_prefix, derive=level in ("L0", "mix", "L1"))
         self.new_step_state()
 
     def new_step_state(self) -> None:
@@ -99,13 +105,33 @@ class Capture(Recording, Calls):
             raw = self.raw_rows()
             self.closing_step()
             self.reset_calls()
-            self.session.end_step(raw)
+            table = self.session.end_step(raw)
             self.new_step_state()
+            self.record_monitor(self.session.step_index - 1, table)
         self.busy = True  # observers (watchpoints, control) run framework-free code; keep hooks quiet
         try:
             self.session.emit("step", self.session.step_index - 1)
         finally:
             self.busy = False
+
+    def record_monitor(self, step: int, table: Any) -> None:
+        """The step's monitor row (probe + statistics table) into ``Session.monitor``."""
+        probe = self.monitor_probe
+        keys, values = probe.collect() if probe is not None else ((), ())
+        row_keys, row = self._monitor_rows.row(table, keys, values)
+        if len(row_keys):
+            self.session.monitor.record(step, row_keys, row)
+
+    def note_loss(self, loss: Any, priority: int = 2) -> None:
+        """The step's loss for the monitor (see the framework's monitor probe)."""
+        if self.monitor_probe is not None:
+            self.monitor_probe.note_loss(loss, priority)
+
+    def note_scaled(self, loss: Any, scale: Any) -> None:
+        """A loss scaler's ``scale(loss)``: the loss as computed and the scale of the step (monitor)."""
+        if self.monitor_probe is not None:
+            self.monitor_probe.note_loss(loss, 1)
+            self.monitor_probe.note_value("loss_scale", scale)
 
     def reset_calls(self) -> None:
         """No module call is in progress any more (step end, interrupted or ended thread)."""

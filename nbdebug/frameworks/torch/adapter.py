@@ -38,6 +38,7 @@ from ..core.capture import LEVELS, Capture
 from ..core.records import slot_name
 from . import api_names as _names
 from .grad_share import consumers, edge_of, next_sequence_nr, share_hooks
+from .monitor import TorchMonitor
 from .ops import TorchOps, TorchRef
 
 __all__ = ["LEVELS", "TorchAdapter", "mutated_args"]
@@ -379,6 +380,15 @@ class TorchAdapter(Capture):
 
     # -- attach / detach --------------------------------------------------------------------------
     def _attach(self, model: torch.nn.Module) -> None:
+        monitor = self.level == "monitor"
+        self.monitor_probe = TorchMonitor(self, model, modules=self.level in ("monitor", "L1"), weights=monitor,
+                                          wrap=_eager)
+        if monitor:  # no module, parameter-gradient or op hooks: the probe's and the optimizer's only
+            for qual, p in model.named_parameters():
+                self._param_info[id(p)] = (weakref.ref(p), qual, "", "")
+            self._handles.append(_optim.register_optimizer_step_pre_hook(self._opt_pre))
+            self._handles.append(_optim.register_optimizer_step_post_hook(self._opt_post))
+            return
         want_modules = self.level in ("L0", "mix")
         for path, mod in model.named_modules(remove_duplicate=False):
             if id(mod) in self._module_info:
@@ -415,6 +425,8 @@ class TorchAdapter(Capture):
         for h in self._handles + self._step_handles:
             h.remove()
         self._handles, self._step_handles = [], []
+        if self.monitor_probe is not None:
+            self.monitor_probe.close()
         self._pop_mode()
         self._drop_disarmed()  # this thread's, if any
         for mode in list(self._modes.values()) + list(self._disarmed.values()):
@@ -425,7 +437,7 @@ class TorchAdapter(Capture):
 
     # -- L1 mode management -----------------------------------------------------------------------
     def _push_mode(self) -> None:
-        if self.level == "L0" or self.closed:
+        if self.level in ("L0", "monitor") or self.closed:
             return
         tid = threading.get_ident()
         mode = self._modes.get(tid)
@@ -697,13 +709,16 @@ class TorchAdapter(Capture):
         return out
 
     def _opt_pre(self, opt, args, kwargs) -> None:
-        if self.capturing and self._ours(opt):
+        params = self._ours(opt) if self.capturing else None
+        if params:
+            self.monitor_probe.optimizer_pre(opt, params)
             self.section = "optimizer"
             self._push_mode()
 
     def _opt_post(self, opt, args, kwargs) -> None:
         params = self._ours(opt)
         if params:
+            self.monitor_probe.optimizer_post(opt, params)
             self.optimizer_done(type(opt).__name__, params)
 
 

@@ -3,7 +3,7 @@
 >>> from nbdebug.frameworks.registry import backend_named
 >>> b = backend_named("pytorch")
 >>> b.levels, b.supports_risk_level
-(('L0', 'L1', 'mix'), True)
+(('L0', 'L1', 'mix', 'monitor'), True)
 """
 
 from __future__ import annotations

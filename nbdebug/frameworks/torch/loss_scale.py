@@ -1,6 +1,7 @@
 """Reading ``torch.amp.GradScaler``'s scale and overflow once per step.
 
-:class:`GradScalerProbe` wraps the scaler's ``update()`` (an instance attribute; :meth:`close` removes it).
+:class:`GradScalerProbe` wraps the scaler's ``update()`` and ``scale()`` (instance attributes; :meth:`close`
+removes them; ``scale()`` only hands the unscaled loss to :attr:`GradScalerProbe.on_scale`).
 Just before the real update it reads the scale the step ran with and the ``found_inf`` flags that
 ``scaler.step()`` recorded per optimizer and device, and hands both to a
 :class:`~nbdebug.watch.loss_scale.LossScaleTracker` — one device→host transfer per step, nothing per
@@ -47,6 +48,21 @@ class GradScalerProbe:
         self._on_update = on_update
         self._update = scaler.update  # the bound class method
         scaler.update = self._wrapped  # instance attribute shadows the method; close() deletes it
+        #: called as ``on_scale(loss, scale)`` at each ``scaler.scale(loss)`` of a single-value loss: the loss
+        #: as computed (unscaled) and a copy of the scale it is multiplied by, both on the device (the
+        #: monitor's ``Run.loss`` and ``Run.loss_scale``; no host read here)
+        self.on_scale: Callable[[Any, Any], Any] | None = None
+        self._scale = scaler.scale
+        scaler.scale = self._scaled
+
+    def _scaled(self, outputs: Any) -> Any:
+        out = self._scale(outputs)
+        sc = self.scaler
+        if self.on_scale is not None and isinstance(outputs, torch.Tensor) and outputs.numel() == 1 and \
+                sc.is_enabled() and getattr(sc, "_scale", None) is not None:
+            with torch.no_grad():
+                self.on_scale(outputs, sc._scale.detach().reshape(()).clone())  # update() changes it in place
+        return out
 
     def _wrapped(self, new_scale: Any = None) -> None:
         sc = self.scaler
@@ -67,9 +83,11 @@ class GradScalerProbe:
         return None
 
     def close(self) -> None:
-        """Restore the scaler's own ``update``."""
+        """Restore the scaler's own ``update`` and ``scale``."""
         if self.scaler.__dict__.get("update") == self._wrapped:
             del self.scaler.__dict__["update"]
+        if self.scaler.__dict__.get("scale") == self._scaled:
+            del self.scaler.__dict__["scale"]
 
     def __enter__(self) -> GradScalerProbe:
         return self

@@ -1,0 +1,144 @@
+"""The monitor's row of a step: series a framework probe measured, plus those read off the step's statistics.
+
+At every level the step end records one row into ``Session.monitor`` (:class:`~nbdebug.session.monitor.Monitor`).
+Its values come from two places:
+
+* the framework's monitor probe (``frameworks/<name>/monitor.py``): what no statistics table holds — the
+  parameters' gradient, update and optimizer-moment norms, the loss, the loss scale; and at the levels that
+  record no module calls (``monitor``, ``L1``) the modules' output and output-gradient norms;
+* at ``L0``/``mix``, the step's :class:`~nbdebug.session.stats.StatsTable` (the same values, measured once):
+  a module's ``{prefix}.{path}.{Class}.forward.0 output.0`` gives its ``output_norm`` and ``output_max_abs``,
+  its ``backward.0 input.0`` its ``grad_input_norm``; a ``Parameter.{name} output.0`` its ``weight_norm``
+  (the weight the forward used) at every level that records parameters.
+
+Then, on the host: ``update_ratio = update_norm / weight_norm`` (the probes give ``Run.grad_norm_total``,
+:func:`total_norm` of the gradient norms). Index arrays are cached per key list, so a step costs a few
+array ops.
+
+>>> import numpy as np
+>>> from nbdebug.session.stats import StatsTable
+>>> t = StatsTable.from_rows([("Module.fc.Linear.forward.0", "output.0"), ("Parameter.fc.weight", "output.0")],
+...                          ["float32"] * 2, [(2,), (2,)],
+...                          np.array([[1.0, -3.0, 0, 0, 5.0, 0, 0, 0, 0, 2], [2.0, 0.0, 0, 0, 4.0, 0, 0, 0, 0, 2]]))
+>>> rows = MonitorRows("Module", derive=True)
+>>> keys, values = rows.row(t, [("Parameter.fc.weight", "update_norm")], np.array([0.5]))
+>>> r = dict(zip(keys, values.tolist()))
+>>> r[("Module.fc.Linear", "output_max_abs")], r[("Parameter.fc.weight", "update_ratio")]
+(3.0, 0.125)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ...session.monitor import Key
+from ...session.stats import COL
+
+_NORM, _MAX, _MIN = COL["norm"], COL["max"], COL["min"]
+
+
+class MonitorRows:
+    """Assembles each step's monitor row (one growing key list: the same object every step)."""
+
+    def __init__(self, prefix: str, derive: bool) -> None:
+        self.prefix = prefix + "."
+        self.derive = derive
+        self.keys: list[Key] = []
+        self._col: dict[Key, int] = {}
+        self._table_cache: tuple[Any, int, tuple[np.ndarray, ...]] | None = None
+        self._probe_cache: tuple[Any, int, np.ndarray] | None = None
+        self._post_cache: tuple[Any, ...] | None = None
+
+    def col(self, key: Key) -> int:
+        c = self._col.get(key)
+        if c is None:
+            c = self._col[key] = len(self.keys)
+            self.keys.append(key)
+        return c
+
+    def row(self, table: Any, probe_keys: Sequence[Key], probe_values: np.ndarray) -> tuple[list[Key], np.ndarray]:
+        """``(keys, values)`` of the step: ``keys`` is this object's key list (NaN where a series is absent)."""
+        derived = self._derive(table) if self.derive and table is not None and len(table.keys) else None
+        pcols = self._probe_cols(probe_keys) if len(probe_keys) else None
+        layout = self._post_layout()
+        out = np.full(len(self.keys), np.nan)
+        if derived is not None:
+            rows, norm_cols, max_rows, max_cols = derived
+            vals = table.values
+            out[norm_cols] = vals[rows, _NORM]
+            if len(max_rows):
+                out[max_cols] = np.maximum(np.abs(vals[max_rows, _MAX]), np.abs(vals[max_rows, _MIN]))
+        if pcols is not None:  # a probe's NaN is an absent value (or NaN already): never over a derived one
+            got = ~np.isnan(probe_values)
+            out[pcols[got]] = probe_values[got]
+        self._post(out, layout)
+        return self.keys, out
+
+    def _derive(self, table: Any) -> tuple[np.ndarray, ...]:
+        keys = table.keys
+        cache = self._table_cache
+        if cache is not None and cache[0] is keys and cache[1] == len(keys):
+            return cache[2]
+        rows, norm_cols, max_rows, max_cols = [], [], [], []
+        prefix = self.prefix
+        for i, (node, slot) in enumerate(keys):
+            if node.startswith(prefix):
+                if slot == "output.0" and node.endswith(".forward.0"):
+                    base = node[:-len(".forward.0")]
+                    rows.append(i)
+                    norm_cols.append(self.col((base, "output_norm")))
+                    max_rows.append(i)
+                    max_cols.append(self.col((base, "output_max_abs")))
+                elif slot == "input.0" and node.endswith(".backward.0"):
+                    rows.append(i)
+                    norm_cols.append(self.col((node[:-len(".backward.0")], "grad_input_norm")))
+            elif slot == "output.0" and node.startswith("Parameter."):
+                rows.append(i)
+                norm_cols.append(self.col((node, "weight_norm")))
+        arrays = tuple(np.asarray(a, dtype=np.intp) for a in (rows, norm_cols, max_rows, max_cols))
+        self._table_cache = (keys, len(keys), arrays)
+        return arrays
+
+    def _probe_cols(self, keys: Sequence[Key]) -> np.ndarray:
+        cache = self._probe_cache
+        if cache is not None and cache[0] is keys and cache[1] == len(keys):
+            return cache[2]
+        cols = np.fromiter((self.col(k) for k in keys), np.intp, len(keys))
+        self._probe_cache = (keys, len(keys), cols)
+        return cols
+
+    def _post_layout(self) -> tuple[np.ndarray, ...]:
+        """Columns of ``update_ratio`` per parameter (added to the key list before the row is allocated)."""
+        cache = self._post_cache
+        if cache is not None and cache[0] == len(self.keys):
+            return cache[1:]
+        ratio, upd, wn = [], [], []
+        for name, field in list(self.keys):
+            if field == "update_norm":
+                upd.append(self._col[(name, field)])
+                wn.append(self.col((name, "weight_norm")))
+                ratio.append(self.col((name, "update_ratio")))
+        arrays = tuple(np.asarray(a, dtype=np.intp) for a in (ratio, upd, wn))
+        self._post_cache = (len(self.keys), *arrays)
+        return arrays
+
+    @staticmethod
+    def _post(out: np.ndarray, layout: tuple[np.ndarray, ...]) -> None:
+        ratio, upd, wn = layout
+        if len(ratio):
+            with np.errstate(divide="ignore", invalid="ignore"):
+                out[ratio] = out[upd] / out[wn]
+
+
+def total_norm(norms: np.ndarray) -> float:
+    """The 2-norm of the concatenation of tensors whose 2-norms are ``norms`` (NaN and inf propagate).
+
+    >>> total_norm(np.array([3.0, 4.0]))
+    5.0
+    """
+    n = np.asarray(norms, dtype=np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return float(np.sqrt(np.sum(n * n)))

@@ -1,0 +1,337 @@
+"""PyTorch monitor probe: the per-step norms of ``Session.monitor``, no host sync per tensor.
+
+What it measures, as 0-d tensors on the values' devices, moved to the host once per step (:meth:`collect`):
+
+* per module (``Module.{path}.{Class}``; at levels ``monitor`` and ``L1``, which record no module calls —
+  ``L0``/``mix`` read the same values off their statistics, see :mod:`~nbdebug.frameworks.core.monitoring`):
+  ``output_norm`` and ``output_max_abs`` of its first output tensor at its **first call of the step**, and
+  ``grad_input_norm``, the gradient autograd hands that output in backward (msProbe's backward
+  ``input.0``; a tensor hook only where the output needs a gradient). Forward hooks only, no pre-hooks.
+* per parameter (``Parameter.{name}``), around the model's optimizer's ``step()``: ``grad_norm`` (the
+  gradient the optimizer uses: unscaled by a GradScaler), ``weight_norm`` (the weight the step started
+  from; at ``L0``/``L1``/``mix`` the ``Parameter`` node's statistics give it), ``update_norm`` (``|Δw|``: the
+  weights are copied into buffers kept from step to step before ``step()``, subtracted after it, one
+  ``_foreach`` pass each), and the optimizer's state: ``exp_avg_norm``, ``exp_avg_sq_norm`` (Adam, AdamW
+  …), ``momentum_norm`` (SGD's ``momentum_buffer``). A step without an optimizer step (an overflow
+  skipped by a GradScaler, manual updates) gets weight and gradient norms at its end.
+* ``Run``: ``loss`` — the value given to :meth:`note_loss` (``Debugger.record_loss``), else the loss given
+  to ``GradScaler.scale()`` (unscaled: the loss as computed) under ``track_loss_scale``, else the model's
+  own loss (a ``loss`` field of its output, or a scalar output), the last one of the step;
+  ``grad_norm_total`` (the 2-norm of all gradients, as ``clip_grad_norm_`` computes it); ``loss_scale``
+  (under ``track_loss_scale``: the scale ``scaler.scale(loss)`` multiplied the step's loss by).
+
+>>> import torch
+>>> from nbdebug.session.session import Session
+>>> from nbdebug.frameworks.torch.adapter import TorchAdapter
+>>> model = torch.nn.Sequential(torch.nn.Linear(3, 2)); opt = torch.optim.SGD(model.parameters(), lr=0.5)
+>>> s = Session(framework="pytorch")
+>>> a = TorchAdapter(model, "monitor", s)
+>>> model(torch.ones(1, 3)).sum().backward(); opt.step()
+>>> round(s.monitor.value(0, "Parameter.0.bias", "update_norm"), 6)  # lr × |grad| = 0.5 × √2
+0.707107
+>>> sorted(s.monitor.fields("Module.0.Linear"))
+['grad_input_norm', 'output_max_abs', 'output_norm']
+>>> a.close()
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from ...session.monitor import RUN, Key
+from ..core.monitoring import total_norm
+from .stats import StatsBuffer
+
+_HALF = (torch.float16, torch.bfloat16)
+_norm = torch.linalg.vector_norm
+_NO_TORCH_FUNCTION = torch._C.DisableTorchFunction  # an op mode (L1) must not record the probe's ops
+_MOMENTS = (("exp_avg", "exp_avg_norm"), ("exp_avg_sq", "exp_avg_sq_norm"), ("momentum_buffer", "momentum_norm"))
+
+
+def first_tensor(output: Any) -> torch.Tensor | None:
+    """The first tensor of a module's output (a tensor, tuple/list, dict or ``ModelOutput``), or None."""
+    if isinstance(output, torch.Tensor):
+        return output
+    items = output.values() if isinstance(output, dict) else output if isinstance(output, (tuple, list)) else ()
+    for o in items:
+        t = first_tensor(o)
+        if t is not None:
+            return t
+    return None
+
+
+def model_loss(output: Any) -> torch.Tensor | None:
+    """The loss a model returns: its output's ``loss`` (HF ``ModelOutput``, a dict), or a scalar output."""
+    loss = output.get("loss") if isinstance(output, dict) else getattr(output, "loss", None)
+    if not isinstance(loss, torch.Tensor):
+        loss = output if isinstance(output, torch.Tensor) and output.numel() == 1 else None
+    return loss if loss is not None and loss.is_floating_point() else None
+
+
+class _OptimizerSlots:
+    """One optimizer's parameters with their monitor columns and the buffers the update is measured in."""
+
+    def __init__(self, probe: TorchMonitor, params: list[tuple[str, torch.Tensor]]) -> None:
+        self.params = [p for _, p in params]
+        self.ids = [id(p) for p in self.params]
+        names = [f"Parameter.{q}" for q, _ in params]
+        self.weight = [probe.col((n, "weight_norm")) for n in names]
+        self.grad = [probe.col((n, "grad_norm")) for n in names]
+        self.update = [probe.col((n, "update_norm")) for n in names]
+        #: (optimizer state key, parameter index) -> column, made when the optimizer has that state
+        self.moments: dict[tuple[str, int], int] = {}
+        self.names = names
+        self.bufs: list[torch.Tensor] | None = None  # allocated at the first step (weights' layout)
+        self.copied = False
+
+
+class TorchMonitor:
+    """The monitor probe of one attached model (see the module docstring)."""
+
+    def __init__(self, adapter: Any, model: torch.nn.Module, *, modules: bool, weights: bool,
+                 wrap: Callable[[Callable], Callable]) -> None:
+        self.adapter = adapter
+        self.weights = weights  # measure weight norms (False where the statistics give them)
+        self.keys: list[Key] = []
+        self._col: dict[Key, int] = {}
+        self._idx: list[int] = []  # column of each queued value
+        self._vals: list[torch.Tensor] = []  # 0-d tensors, on their devices
+        #: module outputs and their gradients: one raw statistics row each (on CPU the one-pass C kernel
+        #: gives the 2-norm and max |x| together), with the columns of its norm and max |x| (-1: none)
+        self._buf = StatsBuffer()
+        self._rows: list[tuple[int, int, int]] = []
+        self._run: dict[int, torch.Tensor] = {}  # run-wide values by column (the loss scale)
+        self._loss: tuple[int, torch.Tensor] | None = None  # (priority, loss)
+        self._seen: set[int] = set()  # modules measured this step
+        self._gen = 0  # step generation: gradient hooks of an earlier step's outputs do nothing
+        self._opts: dict[int, _OptimizerSlots] = {}
+        self._opt_ran = False
+        self._grad_cols: list[int] = []  # grad_norm columns queued this step
+        self.closed = False
+        self._handles: list[Any] = []
+        self._loss_col = self.col((RUN, "loss"))
+        self._total_col = self.col((RUN, "grad_norm_total"))
+        for path, mod in model.named_modules():
+            if modules and path:
+                hook = self._module_hook(f"Module.{path}.{type(mod).__name__}")
+                self._handles.append(mod.register_forward_hook(wrap(hook)))
+        self._handles.append(model.register_forward_hook(wrap(self._root_hook)))
+
+    def col(self, key: Key) -> int:
+        c = self._col.get(key)
+        if c is None:
+            c = self._col[key] = len(self.keys)
+            self.keys.append(key)
+        return c
+
+    def close(self) -> None:
+        self.closed = True
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+        self._opts.clear()
+
+    # -- forward and backward -----------------------------------------------------------------------
+    def _active(self) -> bool:
+        a = self.adapter
+        if self.closed or not a.capturing or a.busy:
+            return False
+        a.session.recorder.active = True
+        return True
+
+    def _module_hook(self, name: str) -> Callable:
+        c_norm, c_max, c_grad = (self.col((name, f)) for f in ("output_norm", "output_max_abs", "grad_input_norm"))
+        rows, seen, adapter = self._rows, self._seen, self.adapter
+
+        def grad_hook(grad: torch.Tensor, gen: int) -> None:
+            if gen == self._gen and not self.closed and grad is not None:
+                with _NO_TORCH_FUNCTION():
+                    rows.append((self._buf.add(grad.detach())[0], c_grad, -1))
+
+        def hook(mod: torch.nn.Module, args: tuple, output: Any) -> None:
+            if id(mod) in seen or not self._active():
+                return
+            seen.add(id(mod))
+            t = output if type(output) is torch.Tensor else first_tensor(output)
+            if t is None or not t.is_floating_point() or t.layout is not torch.strided or not t.numel():
+                return
+            adapter.busy = True  # an op mode (L1) must not record these
+            try:
+                rows.append((self._buf.add(t.detach())[0], c_norm, c_max))
+                if t.requires_grad and t.grad_fn is not None:  # never a hook on a leaf (a parameter)
+                    gen = self._gen
+                    t.register_hook(lambda g: grad_hook(g, gen))
+            finally:
+                adapter.busy = False
+
+        return hook
+
+    def _root_hook(self, mod: torch.nn.Module, args: tuple, output: Any) -> None:
+        if not self._active():
+            return
+        loss = model_loss(output)
+        if loss is not None:
+            self.note_loss(loss, priority=0)
+
+    def note_loss(self, loss: Any, priority: int = 2) -> None:
+        """The step's loss (the last one of the highest priority: 2 given by the user, 1 a GradScaler's
+        ``scale()`` argument, 0 the model's own output)."""
+        if not isinstance(loss, torch.Tensor):
+            loss = torch.as_tensor(float(loss))
+        if loss.numel() != 1:
+            raise ValueError(f"the loss must be a single value, got a tensor of shape {tuple(loss.shape)}")
+        if self._loss is None or priority >= self._loss[0]:
+            with _NO_TORCH_FUNCTION():
+                self._loss = (priority, loss.detach().reshape(()))
+
+    def note_value(self, field: str, value: torch.Tensor) -> None:
+        """A run-wide value of the step (``loss_scale``): a single-value tensor (the last one counts)."""
+        col = self.col((RUN, field))
+        self._run[col] = value
+
+    # -- optimizer ----------------------------------------------------------------------------------
+    def _slots(self, opt: Any, params: list[tuple[str, torch.Tensor]]) -> _OptimizerSlots:
+        slots = self._opts.get(id(opt))
+        if slots is None or slots.ids != [id(p) for _, p in params]:
+            slots = self._opts[id(opt)] = _OptimizerSlots(self, params)
+        return slots
+
+    def optimizer_pre(self, opt: Any, params: list[tuple[str, torch.Tensor]]) -> None:
+        """Before ``opt.step()``: weight and gradient norms, the weights copied for the update."""
+        if self.closed or not self.adapter.capturing:
+            return
+        self.adapter.session.recorder.active = True
+        slots = self._slots(opt, params)
+        with torch.no_grad(), _NO_TORCH_FUNCTION():
+            self._measure(slots.params, slots.weight, slots.grad)
+            dense = [p.layout is torch.strided for p in slots.params]
+            if slots.bufs is None:
+                slots.bufs = [torch.empty_like(p) if ok else p for p, ok in zip(slots.params, dense, strict=True)]
+            if all(dense):
+                torch._foreach_copy_(slots.bufs, slots.params)
+            else:
+                for b, p, ok in zip(slots.bufs, slots.params, dense, strict=True):
+                    if ok:
+                        b.copy_(p)
+            slots.copied = True
+        self._opt_ran = True
+
+    def _measure(self, params: list[torch.Tensor], wcols: list[int], gcols: list[int]) -> None:
+        if self.weights:
+            self._queue(params, wcols)
+        grads, cols = [], []
+        for p, c in zip(params, gcols, strict=True):
+            g = p.grad
+            if g is not None and g.layout is torch.strided:
+                grads.append(g)
+                cols.append(c)
+        self._queue(grads, cols)
+        self._grad_cols.extend(cols)
+
+    def _queue(self, tensors: list[torch.Tensor], cols: list[int]) -> None:
+        if not tensors:
+            return
+        if any(t.dtype in _HALF for t in tensors):
+            norms = [_norm(t, dtype=torch.float32) for t in tensors]
+        else:
+            norms = torch._foreach_norm(tensors)
+        self._vals.extend(norms)
+        self._idx.extend(cols)
+
+    def optimizer_post(self, opt: Any, params: list[tuple[str, torch.Tensor]]) -> None:
+        """After ``opt.step()``: update norms (from the copies) and the optimizer's moment norms."""
+        slots = self._opts.get(id(opt))
+        if slots is None or not slots.copied or self.closed:
+            return
+        slots.copied = False
+        with torch.no_grad(), _NO_TORCH_FUNCTION():
+            pairs = [(b, p, c) for b, p, c in zip(slots.bufs, slots.params, slots.update, strict=True)
+                     if b is not p]
+            if pairs:
+                bufs = [b for b, _, _ in pairs]
+                torch._foreach_sub_(bufs, [p for _, p, _ in pairs])
+                self._queue(bufs, [c for _, _, c in pairs])
+            state, cols = opt.state, slots.moments
+            for key, field in _MOMENTS:
+                found, fcols = [], []
+                for i, p in enumerate(slots.params):
+                    st = state.get(p)
+                    t = st.get(key) if st else None
+                    if isinstance(t, torch.Tensor) and t.layout is torch.strided:
+                        c = cols.get((key, i))
+                        if c is None:
+                            c = cols[(key, i)] = self.col((slots.names[i], field))
+                        found.append(t)
+                        fcols.append(c)
+                self._queue(found, fcols)
+
+    # -- step end -----------------------------------------------------------------------------------
+    def collect(self) -> tuple[list[Key], np.ndarray]:
+        """The step's values (NaN where absent) under :attr:`keys`; one host transfer per device."""
+        if not self._opt_ran and self.adapter.session.recorder is not None:
+            self._unstepped()
+        if self._loss is not None:
+            self._vals.append(self._loss[1])
+            self._idx.append(self._loss_col)
+        for c, v in self._run.items():
+            self._vals.append(v)
+            self._idx.append(c)
+        out = np.full(len(self.keys), np.nan)
+        if self._rows:
+            self._module_values(out)
+        if self._vals:
+            with _NO_TORCH_FUNCTION():
+                out[np.asarray(self._idx, dtype=np.intp)] = _to_host(self._vals)
+        if self._grad_cols:
+            out[self._total_col] = total_norm(out[np.asarray(self._grad_cols, dtype=np.intp)])
+        self._vals.clear()
+        self._idx.clear()
+        self._run.clear()
+        self._seen.clear()
+        self._grad_cols.clear()
+        self._rows.clear()
+        self._buf = StatsBuffer()
+        self._loss = None
+        self._opt_ran = False
+        self._gen += 1
+        return self.keys, out
+
+    def _module_values(self, out: np.ndarray) -> None:
+        with _NO_TORCH_FUNCTION():
+            raw = self._buf.raw()
+        r = np.asarray(self._rows, dtype=np.intp)
+        with np.errstate(invalid="ignore"):
+            out[r[:, 1]] = np.sqrt(raw[r[:, 0], 4])
+        m = r[r[:, 2] >= 0]
+        out[m[:, 2]] = np.maximum(np.abs(raw[m[:, 0], 0]), np.abs(raw[m[:, 0], 1]))
+
+    def _unstepped(self) -> None:
+        """A step that ran no optimizer step of the model: weight and gradient norms as they are now."""
+        if not self._opts or self.closed:
+            params = [(info[1], p) for info in self.adapter._param_info.values()
+                      if (p := info[0]()) is not None and p.requires_grad]
+            if not params or not any(p.grad is not None for _, p in params):
+                return
+            slots = self._slots(None, params)
+        else:
+            slots = next(iter(self._opts.values()))
+        with torch.no_grad(), _NO_TORCH_FUNCTION():
+            self._measure(slots.params, slots.weight, slots.grad)
+
+
+def _to_host(vals: list[torch.Tensor]) -> np.ndarray:
+    """0-d tensors as one float64 host array (one transfer per device)."""
+    try:
+        return torch.stack(vals).to("cpu", torch.float64).numpy()
+    except RuntimeError:  # several devices
+        out = np.empty(len(vals))
+        by_device: dict[torch.device, list[int]] = {}
+        for i, v in enumerate(vals):
+            by_device.setdefault(v.device, []).append(i)
+        for items in by_device.values():
+            out[items] = torch.stack([vals[i].to(torch.float64) for i in items]).to("cpu").numpy()
+        return out
