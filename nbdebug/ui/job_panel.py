@@ -186,6 +186,7 @@ class JobPanel(w.VBox):
         panel = Panel(src, rate=self._rate, recommend=False, loop=self._loop)
         if panel.controls is not None and len(self.job) > 1:
             panel.controls.widget.layout.display = "none"  # one rank alone must not be paused (see module doc)
+        panel.watch.set_job(self.job)  # its "+" form offers ODD_RANK, set on the job
         self.panel, self.rank = panel, rank
         if self.rank_select.value != rank:
             self.rank_select.value = rank

@@ -1,16 +1,20 @@
 """Watchpoints: the list (enable/disable, the selected node in or out, delete), clear all, recheck, and the
 "+" form that creates one.
 
-The form offers the 17 conditions grouped by category (tensor, weight, gradient, activation); choosing
-one shows its parameter fields with their defaults, labelled in MindInsight's words ("Average of the
-absolute value >", "max >", "Percentage of 0 values ≥", "Lower limit of the range (inclusive)", …; the
-parameter's name is the field's tooltip). OK checks every field at once: each bad value gets its message
+The form offers the 17 conditions grouped by category (tensor, weight, gradient, activation), then the
+watchpoints over time (SPIKE, DRIFT, STALL; ODD_RANK too on a job's panel, where it is set on the job, since
+it compares the ranks); choosing one shows its parameter fields with their defaults, labelled in
+MindInsight's words ("Average of the absolute value >", "max >", "Percentage of 0 values ≥", "Lower limit
+of the range (inclusive)", …; the parameter's name is the field's tooltip); a temporal ``field`` is typed or
+picked from the statistics and monitor fields. OK checks every field at once: each bad value gets its message
 under its own field, at the form's full width; what the condition says about the fields together (e.g. a
 range percentage without both range ends) is checked by the debugger and shown under the field it names
 (or under the form). On any error nothing is created and the form stays open with what was typed.
 
 >>> label("abs_mean_gt"), label("zero_percentage_ge"), label("max_min_lt")
 ('Average of the absolute value >', 'Percentage of 0 values ≥', 'MAX-MIN <')
+>>> [abbr for _text, abbr in condition_options(job=True)][-4:]
+['SPIKE', 'DRIFT', 'STALL', 'ODD_RANK']
 """
 
 from __future__ import annotations
@@ -23,10 +27,12 @@ from typing import Any
 import ipywidgets as w
 
 from ..watch.conditions import CATEGORIES, CONDITIONS
+from ..watch.registry import TEMPORAL, TEMPORAL_CATEGORY
+from ..watch.validation import SERIES_FIELDS
 from .source import SourceView
 
 _CATEGORY_LABEL = {"tensor": "Tensor check", "weight": "Weight check", "gradient": "Gradient check",
-                   "activation": "Activation check"}
+                   "activation": "Activation check", TEMPORAL_CATEGORY: "Over time"}
 _PARAM_RE = re.compile(r"parameter '([A-Za-z_0-9]+)'")
 _NAMED_RE = re.compile(r"\b(range_[a-z_]+|[a-z_]+_(?:gt|lt|ge))\b")
 
@@ -44,6 +50,9 @@ LABELS: dict[str, str] = {
     "abs_mean_update_ratio_gt": "Average change ratio >", "abs_mean_update_ratio_lt": "Average change ratio <",
     "epsilon": "Offset", "rtol": "Relative tolerance", "atol": "Absolute tolerance",
     "equal_nan": "NaN equals NaN",
+    # the watchpoints over time (not MindInsight's)
+    "field": "Series field", "factor": "× |rolling median| >", "window": "Window (steps)",
+    "z": "|z-score| >", "below": "value <", "steps": "for consecutive steps",
 }
 
 
@@ -52,14 +61,22 @@ def label(name: str) -> str:
     return LABELS.get(name, name)
 
 
-def condition_options() -> list[tuple[str, str]]:
-    """Dropdown options: conditions grouped by category, e.g. ``("Tensor check · TO — tensor overflow", "TO")``."""
+def condition_options(job: bool = False) -> list[tuple[str, str]]:
+    """Dropdown options: conditions grouped by category, e.g. ``("Tensor check · TO — tensor overflow", "TO")``,
+    then those over time (``ODD_RANK`` only on a job's panel: ``job=True``)."""
     out = []
     for cat in CATEGORIES:
         for c in CONDITIONS.values():
             if c.category == cat:
                 out.append((f"{_CATEGORY_LABEL[cat]} · {c.abbr} — {c.name}", c.abbr))
+    for c in TEMPORAL.values():
+        if job or c.abbr != "ODD_RANK":
+            out.append((f"{_CATEGORY_LABEL[TEMPORAL_CATEGORY]} · {c.abbr} — {c.name}", c.abbr))
     return out
+
+
+def _all_conditions() -> dict[str, Any]:
+    return {**CONDITIONS, **TEMPORAL}
 
 
 class _Field:
@@ -73,9 +90,13 @@ class _Field:
                                          tooltip=spec.name)
             line: Any = self.input
         else:
-            default = "" if spec.default is None else repr(float(spec.default))
-            self.input = w.Text(value=default, placeholder=spec.range_text, tooltip=spec.name,
-                                layout=w.Layout(width="120px", flex="0 0 auto"))
+            if spec.rule == "field":  # a series field: typed (checked on OK) or picked from the suggestions
+                self.input = w.Combobox(value=str(spec.default), options=list(SERIES_FIELDS), ensure_option=False,
+                                        placeholder=spec.range_text, tooltip=spec.name,
+                                        layout=w.Layout(width="160px", flex="0 0 auto"))
+            else:
+                self.input = w.Text(value=_default_text(spec), placeholder=spec.range_text, tooltip=spec.name,
+                                    layout=w.Layout(width="120px", flex="0 0 auto"))
             name = w.HTML(f"<span title='{html.escape(spec.name)}'>{html.escape(text)}</span>",
                           layout=w.Layout(flex="1 1 180px"))
             name.add_class("nbdebug-wp-label-text")
@@ -95,6 +116,11 @@ class _Field:
         text = self.input.value.strip()
         if not text:
             return None
+        if self.spec.rule == "field":
+            if text not in SERIES_FIELDS:
+                raise ValueError("must be a statistic or a monitor field (e.g. norm, update_ratio, loss), "
+                                 f"got {text!r}")
+            return text
         finite = self.spec.rule == "finite"
         try:
             x = float(text)
@@ -103,7 +129,14 @@ class _Field:
                 from None
         if not self.spec.allows(x):
             raise ValueError(f"must be {'a finite number' if finite else self.spec.range_text}, got {text}")
-        return x
+        return int(x) if self.spec.rule in ("window", "count") else x
+
+
+def _default_text(spec: Any) -> str:
+    """A number field's default as typed: ``50`` for a whole-number rule, ``10.0`` for a threshold."""
+    if spec.default is None:
+        return ""
+    return str(int(spec.default)) if spec.rule in ("window", "count") else repr(float(spec.default))
 
 
 class WatchPanel:
@@ -114,6 +147,8 @@ class WatchPanel:
         self.source = source
         self.selected = selected
         self.on_change = on_change
+        #: the job whose panel this is (:meth:`set_job`): ODD_RANK is offered and set on the job
+        self.job: Any = None
         self._sig: Any = None
         self._counts: dict[tuple[int, int, Any], int] = {}
         self.add = _button("+", "nbdebug-wp-add", "new watchpoint")
@@ -171,11 +206,18 @@ class WatchPanel:
         return self.form.layout.display != "none"
 
     def _build_fields(self) -> None:
-        cond = CONDITIONS[self.condition.value]
+        cond = _all_conditions()[self.condition.value]
         self.fields = {p.name: _Field(p) for p in cond.params}
         self.params.children = [f.widget for f in self.fields.values()] or [w.HTML("<i>no parameters</i>")]
         self.summary.value = f"<small>{html.escape(cond.summary)}</small>"
         self.form_error.value = ""
+
+    def set_job(self, job: Any) -> None:
+        """This form is a job's (:class:`~nbdebug.ui.job_panel.JobPanel`): offer ODD_RANK, set on ``job``."""
+        self.job = job
+        keep = self.condition.value
+        self.condition.options = condition_options(job=job is not None)
+        self.condition.value = keep if keep in dict((v, t) for t, v in self.condition.options) else "TO"
 
     def field(self, name: str) -> Any:
         """The input widget of parameter ``name`` in the form."""
@@ -216,7 +258,7 @@ class WatchPanel:
         if bad:
             return None
         try:
-            wp = self.source.watch(abbr, nodes, **params)
+            wp = self._watch(abbr, nodes, params)
         except (ValueError, TypeError) as e:
             self._show_error(str(e))
             return None
@@ -225,6 +267,16 @@ class WatchPanel:
         self.refresh(force=True)
         self.on_change()
         return wp
+
+    def _watch(self, abbr: str, nodes: Any, params: dict[str, Any]) -> Any:
+        """Make the watchpoint: on the source, or ODD_RANK on the job (every rank; this rank's is returned)."""
+        if abbr == "ODD_RANK" and self.job is not None:
+            wps = self.job.watch(abbr, nodes, **params)
+            mine = [wp for r, wp in wps.items() if self.job.source(r) is self.source.obj]
+            if not mine and not wps:
+                raise ValueError("ODD_RANK: the job has no ranks yet")
+            return mine[0] if mine else next(iter(wps.values()))
+        return self.source.watch(abbr, nodes, **params)
 
     def _show_error(self, text: str) -> None:
         """Put a message from the debugger under the field it is about (else under the form)."""
