@@ -36,6 +36,7 @@ from typing import Any
 import ipywidgets as w
 
 from ..watch.conditions import Firing
+from ..watch.temporal import ADVICE
 from ..watch.watchpoints import count_hits
 
 #: groups (node and condition) on one page of the hit list
@@ -48,9 +49,28 @@ MAX_ROWS = PAGE_GROUPS * ROWS_PER_GROUP
 
 
 def hit_text(h: Any) -> str:
-    """Threshold vs actual of a hit record, e.g. ``max_gt = 1 set, actual max = 3.2``."""
+    """Threshold vs actual of a hit record, e.g. ``max_gt = 1 set, actual max = 3.2``; for a watchpoint over
+    time also its baseline (:func:`band_text`)."""
     text = Firing(h.condition, -1, h.hits, h.error, h.unchecked).describe()
-    return text.split(": ", 1)[1] if ": " in text else text
+    text = text.split(": ", 1)[1] if ": " in text else text
+    band = band_text(h)
+    return f"{text} — {band}" if band else text
+
+
+def band_text(h: Any) -> str:
+    """A temporal hit's baseline against its value and the step it left its band (SPIKE/DRIFT/STALL), or the
+    ranks' median (ODD_RANK) — the part of its ``advice`` before the guide; ``""`` for the 17 conditions.
+
+    >>> from types import SimpleNamespace as R
+    >>> band_text(R(condition="SPIKE", advice="value 50 against median 5, mean 5.1, std 0.5 over the previous "
+    ...             "20 steps; left its band at step 25. " + ADVICE["SPIKE"]))
+    'value 50 against median 5, mean 5.1, std 0.5 over the previous 20 steps; left its band at step 25'
+    """
+    guide = ADVICE.get(getattr(h, "condition", ""))
+    advice = getattr(h, "advice", "") or ""
+    if guide is None or guide not in advice:
+        return ""
+    return advice.split(guide, 1)[0].strip().rstrip(".")
 
 
 def group_hits(records: list[Any]) -> list[tuple[tuple[str, str], list[Any]]]:
