@@ -334,14 +334,15 @@ def read_watchpoint(rec: Mapping[str, Any]) -> Watchpoint:
 def hit_record(h: HitRecord) -> dict[str, Any]:
     return {"watchpoint": h.watchpoint, "condition": h.condition, "node": h.node, "slot": h.slot, "step": h.step,
             "order": h.order, "hits": [[x.param, x.threshold, x.actual] for x in h.hits], "error": h.error,
-            "unchecked": list(h.unchecked), "advice": h.advice}
+            "unchecked": list(h.unchecked), "advice": h.advice, "origin": h.origin}
 
 
 def read_hit(rec: Mapping[str, Any]) -> HitRecord:
     return HitRecord(int(rec["watchpoint"]), str(rec["condition"]), str(rec["node"]), str(rec["slot"]),
                      int(rec["step"]), int(rec["order"]),
                      tuple(Hit(str(p), float(t), float(a)) for p, t, a in rec.get("hits", ())),
-                     rec.get("error"), tuple(str(u) for u in rec.get("unchecked", ())), str(rec.get("advice", "")))
+                     rec.get("error"), tuple(str(u) for u in rec.get("unchecked", ())), str(rec.get("advice", "")),
+                     bool(rec.get("origin", False)))
 
 
 # -- errors ----------------------------------------------------------------------------------------

@@ -53,6 +53,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ..watch.nonfinite import nonfinite_path
 from .layout import node_class, short_label
 
 SECTIONS = ("forward", "backward", "optimizer")
@@ -455,8 +456,12 @@ def marks(source: Any, ids: Mapping[str, int]) -> dict[str, Any]:
         except Exception:  # noqa: BLE001 - no path when the origin cannot be computed
             origin = None
         if origin is not None and origin[0] in ids:
-            # to the node paused at, else the latest hit (else the failed node) the origin reaches
-            prev = paths_from(source.graph, origin[0])
+            # to the node paused at, else the latest hit (else the failed node) the origin reaches, the way
+            # the non-finite values went (through the forward ops a NaN weight poisoned, not its gradient)
+            session = getattr(source.obj, "session", None)
+            prev = nonfinite_path(session, origin[2], origin[0]) if session is not None else {}
+            if len(prev) < 2:
+                prev = paths_from(source.graph, origin[0])
             targets = [source.current_node if paused >= 0 else None]
             targets += [h.node for h in reversed(source.hits) if h.hits] + [err]
             target = next((t for t in targets if t in prev and t in ids), origin[0])

@@ -101,3 +101,45 @@ def _propagates(graph: Any, origin: str, table: Any, by_node: dict[str, list[int
                 seen.add(c)
                 frontier.append(c)
     return False
+
+
+def nonfinite_path(session: Any, idx: int, origin: str) -> dict[str, str]:
+    """The way a NaN/Inf born at ``origin`` travelled through step ``idx``: reached node -> the node it was
+    reached from (``origin`` -> itself), along data-flow edges between nodes whose outputs are non-finite
+    (the last node of a path may be any node of the step), in the step's data-flow order, each node reached
+    by the *longest* such path. A forward node also leads to its own backward node (``pair``), which
+    computes with the tensors the forward one saved: that is how a NaN activation reaches the gradients.
+    A NaN weight thus reaches its gradient and the optimizer through the forward ops, the loss and the
+    backward ops it poisoned, not along the shortcut from a parameter to its gradient node. Empty when the
+    step has no statistics or ``origin`` is not in it."""
+    from .flow import flow_rank
+
+    try:
+        table = session.table(idx)
+    except KeyError:
+        return {}
+    bad = _bad_rows(table)
+    by_node: dict[str, list[int]] = {}
+    for i, (node, _slot) in enumerate(table.keys):
+        by_node.setdefault(node, []).append(i)
+    if origin not in by_node:
+        return {}
+    graph = session.graph
+    rank = flow_rank(graph)
+    if origin not in rank:
+        return {origin: origin}
+    start = rank[origin]
+    names = sorted((n for n in by_node if rank.get(n, -1) >= start), key=rank.__getitem__)
+    length = {origin: 0}
+    prev = {origin: origin}
+    for u in names:
+        if u not in length or not _bad_outputs(table, by_node[u], bad):
+            continue
+        pair = graph.nodes[u].pair if u in graph.nodes else None
+        for v in (*graph.successors(u), *((pair,) if pair in by_node and graph.nodes[u].section == "forward"
+                                          else ())):
+            if v in by_node and rank.get(v, -1) > rank[u] and length[u] + 1 > length.get(v, -1):
+                length[v] = length[u] + 1
+                prev[v] = u
+    return prev
+

@@ -43,7 +43,9 @@ from .conditions import (
     split_params,
     validate,
 )
+from .flow import in_flow_order
 from .guide import advice
+from .nonfinite import first_nonfinite
 from .recommend import Target, activation_kind, recommended, recommended_temporal
 from .registry import is_temporal
 from .temporal import TemporalEngine
@@ -132,6 +134,9 @@ class HitRecord:
     error: str | None
     unchecked: tuple[str, ...]
     advice: str
+    #: the hit is on the node where the step's NaN/Inf was born (``first_nonfinite``); after the step's
+    #: check, ``order`` is the record's position in the step's data flow (:mod:`.flow`), origin first
+    origin: bool = False
 
     @property
     def is_hit(self) -> bool:
@@ -156,6 +161,8 @@ class WatchManager:
         self.watchpoints: dict[int, Watchpoint] = {}
         self._ids = itertools.count(1)
         self.hits: list[HitRecord] = []
+        #: node globs whose non-finite values are intended (the owner's ``benign_nonfinite``)
+        self.benign: tuple[str, ...] = ()
         self._initial_done: set[int] = set()
         #: the watchpoints over time (SPIKE, DRIFT, STALL): rolling state per watchpoint, the bands of their hits
         self.temporal = TemporalEngine(session)
@@ -278,6 +285,9 @@ class WatchManager:
         over_time = self.temporal.check(self.watchpoints.values(), step)
         table = self.session.table(step)
         found = self._evaluate(step, table, None)
+        if found:
+            origin = first_nonfinite(self.session, step, ignore=self.benign)
+            found = in_flow_order(self.session.graph, found, origin[0] if origin is not None else None)
         found += over_time
         self.hits = [h for h in self.hits if h.step != step or h.condition == "ODD_RANK"] + found
         self._warn_unchecked_selections()

@@ -26,6 +26,15 @@ def module_base(prefix: str, path: str, cls: str) -> str:
     return f"{prefix}.{path}.{cls}" if path else f"{prefix}.{cls}"
 
 
+def _flip(slot: str) -> str:
+    """A forward slot as the backward slot of the same tensor's gradient: ``input.j`` <-> ``output.j``."""
+    if slot.startswith("input."):
+        return "output." + slot[6:]
+    if slot.startswith("output."):
+        return "input." + slot[7:]
+    return slot
+
+
 def parent_scope(path: str) -> str:
     return path.rpartition(".")[0].replace(".", "/") if path else ""
 
@@ -86,6 +95,7 @@ class Calls:
             self.slot(node, f"parameters.{local}", p, as_input=False, copy=True)
             graph.add_edge(pname, name, "output.0", f"parameters.{local}")
         if self._open:  # from now on, values computed without recorded ops are this call's
+            self._parents[name] = self.open_call()
             self._open[-1] = name
         return node
 
@@ -99,7 +109,9 @@ class Calls:
             if p is None or p[0].startswith("Input.") or (p[0] == name and p[1] == INTERNAL):
                 seen.producer = (name, slot)
                 produced = True
-        if produced and not leaf:
+        if not leaf and (produced or not self.session.graph.predecessors(name)):
+            # a container that computed its result, or whose result its children computed (the data
+            # flows into it all the same: without an edge it would float apart from the flow)
             graph = self.session.graph
             for slot, t in self.arguments(args, kwargs):
                 s = self._seen.get(id(t))
@@ -124,7 +136,50 @@ class Calls:
             op_type = "parameters_grad"
         else:
             op_type = nodes[pair].op_type if pair in nodes else name
-        return self.session.node(name, kind=kind, op_type=op_type, scope=scope, section="backward", pair=pair)
+        node = self.session.node(name, kind=kind, op_type=op_type, scope=scope, section="backward", pair=pair)
+        if pair is not None:
+            self.mirror_edges(name, pair)
+        return node
+
+    def mirror_edges(self, name: str, fwd: str, slot: str | None = None) -> None:
+        """Edges of backward node ``name`` (the backward of forward node ``fwd``) that mirror the forward
+        data flow, whatever tensors autograd passes: for each forward edge ``fwd`` → C whose backward ran
+        this step, C's backward sends ``name`` the gradient (C's ``output.j`` for its ``input.j``, into
+        ``name``'s ``input.k`` for ``fwd``'s ``output.k``; ``slot`` overrides the latter); for each forward
+        edge P → ``fwd`` whose backward ran already (two forward nodes sharing one autograd node),
+        ``name`` sends P's backward its gradient."""
+        graph = self.session.graph
+        nodes = graph.nodes
+        started = self._bwd_started
+        for c in graph.successors(fwd):
+            cn = nodes.get(c)
+            if cn is not None and cn.section == "forward" and cn.pair in started and cn.pair != name:
+                for out_slot, in_slot in graph.edges[(fwd, c)]:
+                    graph.add_edge(cn.pair, name, _flip(in_slot), slot or _flip(out_slot))
+        if slot is not None:
+            return
+        for p in graph.predecessors(fwd):
+            pn = nodes.get(p)
+            if pn is not None and pn.section == "forward" and pn.pair in started and pn.pair != name:
+                for out_slot, in_slot in graph.edges[(p, fwd)]:
+                    graph.add_edge(name, pn.pair, _flip(in_slot), _flip(out_slot))
+
+    def link_backward(self) -> None:
+        """At the step end, a backward node of this step that nothing feeds gets its gradient from the
+        backward of the module call it ran inside (a module's input gradient, at L0, where the ops between
+        are not recorded), else from its own forward node: the loss, where the backward pass starts."""
+        graph = self.session.graph
+        nodes = graph.nodes
+        for name in self._bwd_started:
+            node = nodes.get(name)
+            if node is None or node.pair is None or graph.predecessors(name):
+                continue
+            parent = self._parents.get(node.pair)
+            parent_bwd = nodes[parent].pair if parent in nodes else None
+            if parent_bwd in self._bwd_started and parent_bwd != name:
+                graph.add_edge(parent_bwd, name, INTERNAL, "input.0")
+            elif node.pair in nodes:
+                graph.add_edge(node.pair, name, "output.0", "input.0")
 
     def gradient(self, name: str, scope: str, pair: str | None, kind: str, slot: str, grad: Any,
                  is_input: bool) -> Any:
@@ -149,6 +204,7 @@ class Calls:
         graph = self.session.graph
         if f"Parameter.{qual}" in graph.nodes:
             graph.add_edge(f"Parameter.{qual}", name, "output.0", local)
+            self.mirror_edges(name, f"Parameter.{qual}", local)  # the backward of each use of the parameter
         return node
 
     # -- optimizer --------------------------------------------------------------------------------

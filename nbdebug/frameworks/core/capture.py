@@ -70,6 +70,8 @@ class Capture(Recording, Calls):
         #: the framework's monitor probe (``collect() -> (keys, values)`` at each step end), set by the adapter
         self.monitor_probe: Any = None
         self._monitor_rows = MonitorRows(self.module_prefix, derive=level in ("L0", "mix", "L1"))
+        #: module call node -> the module call node it ran inside (None: the top), kept across steps
+        self._parents: dict[str, str | None] = {}
         self.new_step_state()
 
     def new_step_state(self) -> None:
@@ -103,6 +105,7 @@ class Capture(Recording, Calls):
     def end_step(self) -> None:
         with self._lock:
             raw = self.raw_rows()
+            self.link_backward()
             self.closing_step()
             self.reset_calls()
             table = self.session.end_step(raw)

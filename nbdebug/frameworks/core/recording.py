@@ -126,18 +126,36 @@ class Recording:
             self._seen[id(new)] = seen.alias(weakref.ref(new), self.version(new))
         self._alias[id(new)] = (weakref.ref(new), weakref.ref(old))
 
+    def derived(self, new: Any, old: Any) -> None:
+        """``new`` is the result of an unrecorded call on ``old`` (a ``contiguous()`` copy, a view): its
+        origin is ``old``'s. When ``old``'s producer is known now, it is kept with the link: ``old`` is
+        often a temporary gone before ``new`` is used (``x.transpose(1, 2).contiguous()``)."""
+        producer = None
+        seen = self._seen.get(id(old))
+        if seen is not None and seen.ref() is old:
+            producer = seen.producer
+        else:
+            link = self._alias.get(id(old))
+            if link is not None and link[0]() is old and len(link) > 2:
+                producer = link[2]
+        ref = weakref.ref(new)
+        self._alias[id(new)] = (ref, weakref.ref(old)) if producer is None else (ref, weakref.ref(old), producer)
+
     def origin(self, t: Any) -> tuple[str, str] | None:
         """The producer of a tensor nobody produced this step (see the module docstring); None for the
         optimizer's state."""
         alias = self._alias.get(id(t))
         base = alias[1]() if alias is not None and alias[0]() is t else None
+        if alias is not None and alias[0]() is t and len(alias) > 2:  # its producer, known when it was made
+            return alias[2]
         if base is not None:  # an alias of a tensor / an unrecorded call's result: that tensor's origin
             seen = self._seen.get(id(base))
             seen = seen if seen is not None and seen.ref() is base else None
             if seen is not None and seen.producer is not None:
                 return seen.producer
             producer = self.origin(base)
-            if seen is not None:
+            seen = self._seen.get(id(base))  # made just now when ``base`` got an origin node
+            if seen is not None and seen.ref() is base and seen.producer is None:
                 seen.producer = producer
             return producer
         info = self._param_info.get(id(t))

@@ -474,7 +474,7 @@ class TorchAdapter(Capture):
         tensor argument (a ``contiguous()`` copy, a ``x[0]`` view) so the graph stays connected."""
         out = func(*args, **kwargs)
         if isinstance(out, torch.Tensor) and args and isinstance(args[0], torch.Tensor) and out is not args[0]:
-            self._alias[id(out)] = (weakref.ref(out), weakref.ref(args[0]))
+            self.derived(out, args[0])
         return out
 
     def run_op(self, info: tuple[str, str], func, args, kwargs):
