@@ -34,12 +34,16 @@ parameter ``Parameter.{path}`` has ``weight_norm``, ``grad_norm``, ``update_norm
 >>> steps, values = m.columns([("Parameter.w", "grad_norm"), ("Run", "nothing")])
 >>> steps.tolist(), values[:, 0].tolist(), bool(np.isnan(values[:, 1]).all())
 ([1, 3, 4, 5, 6], [1.0, 3.0, 4.0, 5.0, 6.0], True)
+>>> m.record(7, [("Run", "loss")], np.array([np.nan]))   # a NaN the model computed is a value
+>>> m.value(7, "Run", "loss"), m.value(7, "Parameter.w", "grad_norm"), m.nonfinite(7)
+(nan, None, {('Run', 'loss'): nan})
 """
 
 from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -72,12 +76,15 @@ class Monitor:
         self._cols = 16
         self._ring = np.full((self.horizon, self._cols), np.nan, np.float32)
         self._ring_steps = np.zeros(self.horizon, np.int64)
+        #: which cells hold a value (a NaN the model computed is a value; a series absent at a step is not)
+        self._ring_has = np.zeros((self.horizon, self._cols), bool)
         self._head = 0   # ring index of the oldest full-resolution row
         self._count = 0  # full-resolution rows held
         self._blocks = 0
         self._dec_min = np.full((0, self._cols), np.nan, np.float32)
         self._dec_max = np.full((0, self._cols), np.nan, np.float32)
         self._dec_steps = np.zeros((0, 2), np.int64)  # first, last step of each block
+        self._dec_has = np.zeros((0, self._cols), bool)
         self._cache: tuple[int, np.ndarray] | None = None  # (id of the last key list, its columns)
         self._cache_keys: Sequence[Key] | None = None
         #: series that had a value beyond float32's range (clamped to ±3.4e38)
@@ -91,7 +98,8 @@ class Monitor:
 
     # -- writing ------------------------------------------------------------------------------------
     def record(self, step: int, keys: Sequence[Key], values: np.ndarray) -> None:
-        """One step's row: ``values[i]`` is series ``keys[i]`` (missing series are NaN at this step).
+        """One step's row: ``values[i]`` is series ``keys[i]`` (a series not in ``keys`` is absent at this step;
+        a NaN in ``values`` is a value: the model computed it).
 
         Steps must increase; passing the same ``keys`` object every step makes this a few array ops."""
         if self.last_step is not None and step <= self.last_step:
@@ -107,6 +115,8 @@ class Monitor:
         row = (self._head + self._count) % self.horizon
         self._ring[row] = np.nan
         self._ring[row, cols] = vals
+        self._ring_has[row] = False
+        self._ring_has[row, cols] = True
         self._ring_steps[row] = step
         self._count += 1
         self._total += 1
@@ -127,26 +137,33 @@ class Monitor:
 
     def _widen(self, cols: int) -> None:
         def wider(a: np.ndarray) -> np.ndarray:
-            out = np.full((a.shape[0], cols), np.nan, np.float32)
+            out = np.full((a.shape[0], cols), np.nan, np.float32) if a.dtype != bool else \
+                np.zeros((a.shape[0], cols), bool)
             out[:, :a.shape[1]] = a
             return out
         self._ring, self._dec_min, self._dec_max = wider(self._ring), wider(self._dec_min), wider(self._dec_max)
+        self._ring_has, self._dec_has = wider(self._ring_has), wider(self._dec_has)
         self._cols = cols
 
     def _fold(self) -> None:
-        """Fold the oldest ``block`` full-resolution rows into one min/max block."""
+        """Fold the oldest ``block`` full-resolution rows into one min/max block (NaN when a value in the
+        block was NaN: it stays visible)."""
         idx = (self._head + np.arange(self.block)) % self.horizon
-        rows = self._ring[idx]
+        rows, has = self._ring[idx], self._ring_has[idx]
         if self._blocks == self._dec_min.shape[0]:
             grow = max(64, self._blocks // 8)
             pad = np.full((grow, self._cols), np.nan, np.float32)
             self._dec_min = np.concatenate([self._dec_min, pad])
             self._dec_max = np.concatenate([self._dec_max, pad.copy()])
             self._dec_steps = np.concatenate([self._dec_steps, np.zeros((grow, 2), np.int64)])
+            self._dec_has = np.concatenate([self._dec_has, np.zeros((grow, self._cols), bool)])
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns: the series was absent
             self._dec_min[self._blocks] = np.nanmin(rows, axis=0)
             self._dec_max[self._blocks] = np.nanmax(rows, axis=0)
+        nan_value = (np.isnan(rows) & has).any(axis=0)
+        self._dec_min[self._blocks, nan_value] = self._dec_max[self._blocks, nan_value] = np.nan
+        self._dec_has[self._blocks] = has.any(axis=0)
         self._dec_steps[self._blocks] = self._ring_steps[idx[0]], self._ring_steps[idx[-1]]
         self._blocks += 1
         self._head = (self._head + self.block) % self.horizon
@@ -189,34 +206,42 @@ class Monitor:
 
     def columns(self, keys: Sequence[Key], reduce: str = "max") -> tuple[np.ndarray, np.ndarray]:
         """``(steps, values)`` of several series over the whole run: values is steps × len(keys), float32, NaN
-        where a series has no value; a folded block is one row at its last step (its max or min)."""
+        where a series has no value (or the model computed NaN: :meth:`present` tells which); a folded block
+        is one row at its last step (its max or min)."""
+        return self._gather(keys, self._dec_max if reduce == "max" else self._dec_min, self._ring, np.nan)
+
+    def present(self, keys: Sequence[Key]) -> tuple[np.ndarray, np.ndarray]:
+        """``(steps, mask)`` matching :meth:`columns`: True where a series has a value (NaN included)."""
+        return self._gather(keys, self._dec_has, self._ring_has, False)
+
+    def _gather(self, keys: Sequence[Key], dec: np.ndarray, ring: np.ndarray, empty: Any) -> tuple[np.ndarray,
+                                                                                                     np.ndarray]:
         cols = np.fromiter((self._col.get(k, -1) for k in keys), np.int64, len(keys))
         known = cols >= 0
         idx = self._order()
         steps = np.concatenate([self._dec_steps[:self._blocks, 1], self._ring_steps[idx]])
-        out = np.full((len(steps), len(keys)), np.nan, np.float32)
+        out = np.full((len(steps), len(keys)), empty, ring.dtype)
         if known.any():
-            dec = self._dec_max if reduce == "max" else self._dec_min
             picked = cols[known]
             out[:self._blocks, known] = dec[:self._blocks][:, picked]
-            out[self._blocks:, known] = self._ring[np.ix_(idx, picked)]
+            out[self._blocks:, known] = ring[np.ix_(idx, picked)]
         return steps, out
 
     def series(self, name: str, field: str, reduce: str = "max") -> tuple[np.ndarray, np.ndarray]:
-        """``(steps, values)`` of one series over the whole run, NaN-free. A folded block is one point at its
-        last step, its max (``reduce="max"``) or min (``"min"``); unknown series give empty arrays."""
+        """``(steps, values)`` of one series over the steps that have it (a NaN the model computed stays, as NaN).
+        A folded block is one point at its last step, its max (``reduce="max"``) or min (``"min"``); unknown
+        series give empty arrays."""
         if (name, field) not in self._col:
             return np.zeros(0, np.int64), np.zeros(0, np.float64)
         steps, vals = self.columns([(name, field)], reduce)
-        v = vals[:, 0].astype(np.float64)
-        keep = ~np.isnan(v)
-        return steps[keep], v[keep]
+        keep = self.present([(name, field)])[1][:, 0]
+        return steps[keep], vals[keep, 0].astype(np.float64)
 
     def value(self, step: int, name: str, field: str) -> float | None:
         """The full-resolution value of a series at ``step`` (None when not recorded there, or folded)."""
         col = self._col.get((name, field))
         pos = self._position(step) if col is not None else None
-        if pos is None or np.isnan(self._ring[pos, col]):
+        if pos is None or not self._ring_has[pos, col]:
             return None
         return float(self._ring[pos, col])
 
@@ -225,11 +250,21 @@ class Monitor:
         pos = self._position(step)
         if pos is None:
             return {}
-        vals = self._ring[pos, :len(self.keys)]
-        return {k: float(v) for k, v in zip(self.keys, vals, strict=True) if not np.isnan(v)}
+        n = len(self.keys)
+        vals, has = self._ring[pos, :n], self._ring_has[pos, :n]
+        return {k: float(v) for k, v, h in zip(self.keys, vals, has, strict=True) if h}
+
+    def nonfinite(self, step: int) -> dict[Key, float]:
+        """The series whose value at ``step`` is NaN or ±Inf ({} when none, folded or not recorded)."""
+        pos = self._position(step)
+        if pos is None:
+            return {}
+        n = len(self.keys)
+        bad = np.flatnonzero(~np.isfinite(self._ring[pos, :n]) & self._ring_has[pos, :n])
+        return {self.keys[i]: float(self._ring[pos, i]) for i in bad.tolist()}
 
     @property
     def nbytes(self) -> int:
         """Bytes held by the series (allocated capacity)."""
         return (self._ring.nbytes + self._ring_steps.nbytes + self._dec_min.nbytes + self._dec_max.nbytes
-                + self._dec_steps.nbytes)
+                + self._dec_steps.nbytes + self._ring_has.nbytes + self._dec_has.nbytes)
