@@ -37,6 +37,7 @@ def attached(listener, out, steps=2000, delay=0.02, *extra, runner=False, env=No
 def test_pause_hit_tensor_step_terminate(listener, tmp_path):
     proc, src = attached(listener, tmp_path, 2000, 0.02, 40)
     assert src.remote_info["pid"] == proc.pid and src.session.framework == "pytorch"
+    until(lambda: src.session.steps, 30, "a first step")  # training waited for the welcome: now it runs
     src.pause()
     assert str(src.wait(20)) == "paused"
     assert src.current_node is not None  # a node-level pause, inside a step

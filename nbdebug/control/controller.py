@@ -76,6 +76,7 @@ class Controller:
         self._train_ident: int | None = None
         self._steps_left: int | None = None
         self._pause_after: int | None = None  # pause at the first step boundary >= this (pause_after)
+        self._paused_after_step: int | None = None  # the finished step of the boundary paused at now
         self._pause_requested = False
         self._terminate_requested = False
         self._run_to: str | None = None
@@ -193,11 +194,18 @@ class Controller:
 
         Unlike :meth:`pause` (next node) and ``cont(steps)`` (counted from now), the boundary is named, so
         several processes asked at slightly different moments pause after the same step (see
-        :class:`nbdebug.job.Job`). A paused worker stays paused; :meth:`cont` keeps the request.
+        :class:`nbdebug.job.Job`). A paused worker stays paused; :meth:`cont` keeps the request. A worker
+        already paused at the boundary after ``step`` or a later one (it paused there by itself, e.g. on a
+        hit, before the request came) has done what was asked: nothing is left pending, else it would pause
+        again one step after the next :meth:`cont` and leave its peers waiting in a collective.
         """
         if step is not None and (isinstance(step, bool) or not isinstance(step, int) or step < 0):
             raise ValueError(f"step must be an int >= 0 or None, got {step!r}")
         with self._cv:
+            done = self._paused_after_step
+            if (step is not None and self.state is State.PAUSED and self.current_node is None
+                    and done is not None and done >= step):
+                step = None
             self._pause_after = step
 
     def terminate(self) -> None:
@@ -279,7 +287,7 @@ class Controller:
         if reason is None and self._pause_after is not None and step >= self._pause_after:
             reason = f"step {step} done (asked to pause after step {self._pause_after})"
         if reason is not None:
-            self._pause_at(None, reason)
+            self._pause_at(None, reason, step)
 
     def pause_here(self, reason: str) -> None:
         """Pause the training thread where it is — a step boundary outside any hook (a hit's step was
@@ -291,8 +299,9 @@ class Controller:
         self._pause_at(None, reason)
 
     # -- internals --------------------------------------------------------------------------------
-    def _pause_at(self, node: str | None, reason: str) -> None:
+    def _pause_at(self, node: str | None, reason: str, step: int | None = None) -> None:
         with self._cv:
+            self._paused_after_step = step
             self.current_node = node
             self.pause_reason = reason
             self._pause_requested = self._next_node = False
@@ -312,6 +321,7 @@ class Controller:
 
     def _resume(self) -> None:
         if self.state is State.PAUSED:
+            self._paused_after_step = None
             self.current_node = None
             self.pause_reason = ""
             self._set_state(State.RUNNING)

@@ -96,6 +96,8 @@ class Job:
         self._views: dict[Any, SourceView] = {}
         self._cache: dict[tuple[Any, int], StepSummary] = {}
         self._subs: list[Any] = []
+        #: watchpoints set on the job: ``(condition, nodes, params)``, given to every rank that joins later
+        self._watches: list[tuple[str, Any, dict[str, Any]]] = []
         self._lock = threading.RLock()  # one alignment of the ranks at a time; ranks added one at a time
         #: ``state`` with the payload ``"ranks"`` when a rank joins (:meth:`add`)
         self.hub = EventHub()
@@ -121,7 +123,17 @@ class Job:
                 self._subs.append(view.on("step", lambda _s, rank=rank, view=view: self._summarize_new(rank, view)))
                 if self._sync and self.control is None:
                     self._subs.append(view.on("state", lambda _s, rank=rank: self._rank_state(rank)))
+            # the job's watchpoints on a rank that joins after they were set; a listener's job (``control``)
+            # leaves that to the listener, whose welcome carries them (they apply before the rank's next step)
+            watches = list(self._watches) if view.live and self.control is None else []
+        for condition, nodes, params in watches:
+            src.watch(condition, nodes, **params)
         self.hub.emit("state", "ranks")
+
+    @property
+    def watches(self) -> list[tuple[str, Any, dict[str, Any]]]:
+        """The watchpoints set on the job, ``(condition, nodes, params)``: what a rank that joins gets."""
+        return list(self._watches)
 
     # -- what it is -------------------------------------------------------------------------------
     @property
@@ -164,11 +176,24 @@ class Job:
 
     def watch(self, condition: str, nodes: Any = None, **params: Any) -> dict[Any, Any]:
         """The same watchpoint on every rank (``source.watch``); ``{rank: Watchpoint}``. ``ODD_RANK`` compares
-        the ranks with each other at every step all of them finished (:mod:`nbdebug.job.odd_rank`)."""
-        wps = {r: self.source(r).watch(condition, nodes, **params) for r in self.ranks}
+        the ranks with each other at every step all of them finished (:mod:`nbdebug.job.odd_rank`). Ranks
+        that join later (a listener's processes connecting) get the watchpoint as they join, so it may be set
+        before the job starts; :meth:`unwatch` takes the job's watchpoints away."""
+        with self._lock:  # ranks that join from now on get it from add()
+            self._watches.append((condition, nodes, dict(params)))
+            ranks = self.ranks
+        wps = {r: self.source(r).watch(condition, nodes, **params) for r in ranks}
         if isinstance(condition, str) and condition.strip().upper() == "ODD_RANK":
             self.odd_rank.add(wps)
         return wps
+
+    def unwatch(self) -> None:
+        """Remove every watchpoint from every rank, and the job's from the ranks that join later."""
+        with self._lock:
+            self._watches = []
+            ranks = [r for r, v in self._views.items() if v.live]
+        for r in ranks:
+            self.source(r).unwatch()
 
     def summary(self, rank: int, step: int) -> StepSummary | None:
         """``rank``'s :class:`StepSummary` of ``step`` (None when that rank has no statistics for it).
@@ -316,17 +341,26 @@ class Job:
     def wait(self, timeout: float | None = None) -> dict[Any, str]:
         """Block until no rank runs and the paused ones stand at one step boundary (a hit paused one rank and
         the others were lined up with it, or a pause / step of the job is done), or ``timeout`` seconds;
-        returns ``{rank: state}``."""
+        returns ``{rank: state}``. A listener's job (``control``) first waits for its ranks to join: one at
+        least, and as many as the world size a rank announced."""
         end = None if timeout is None else time.monotonic() + timeout
         while True:
             views = [v for v in self._views.values() if v.live]
             paused = {v.running_step for v in views if v.state == "paused"}
-            if not any(v.state in ("running", "idle") for v in views) and len(paused) <= 1:
+            if self._joined() and not any(v.state in ("running", "idle") for v in views) and len(paused) <= 1:
                 break
             if end is not None and time.monotonic() >= end:
                 break
             time.sleep(0.02)
         return {r: v.state for r, v in self._views.items()}
+
+    def _joined(self) -> bool:
+        """Whether the ranks a listener's job expects have joined (any other job has all its ranks)."""
+        if self.control is None:
+            return True
+        sizes = [w for src in self._sources.values()
+                 if isinstance(w := (getattr(src, "remote_info", None) or {}).get("world_size"), int)]
+        return bool(self._sources) and len(self._sources) >= max(sizes, default=0)
 
     def terminate(self) -> None:
         """End training on every rank (cleanly when they are paused at the same boundary; a running rank

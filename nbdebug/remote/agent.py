@@ -80,7 +80,6 @@ class Agent:
         self._book = P.KeyBook()
         self._delta = P.GraphDelta()
         self._hit_steps: set[int] = set()
-        self._pause_after: int | None = None
         self._backoff = BACKOFF[0]
         self._next_try = 0.0
         self._hello_at = 0.0
@@ -88,6 +87,7 @@ class Agent:
         self._last_ping = 0.0
         self._lost_since: float | None = time.monotonic()
         self._warned: set[str] = set()
+        self._answered = threading.Event()  # the first welcome or refusal
         self._closed = False
         self._subs = [dbg.on("step", self._on_step), dbg.on("hit", self._on_hit), dbg.on("state", self._on_state)]
         self.pump = Pump(None, self._on_message, on_tick=self._tick, on_overflow=self._overflow,
@@ -106,11 +106,17 @@ class Agent:
     def connected(self) -> bool:
         return self.status == "connected"
 
+    def first_contact(self, timeout: float) -> bool:
+        """Wait (at attach) up to ``timeout`` seconds for the notebook's first answer; True when welcomed.
+        When nothing answered, say so once: training goes on, and connects when a notebook listens."""
+        self._answered.wait(timeout)
+        if not self._answered.is_set():
+            self._warn_once("silent", f"no notebook answered at {self.host}:{self.port} within {timeout:g} s; "
+                            "training goes on without it (it connects when nbdebug.listen() runs there)")
+        return self.connected
+
     # -- events from the debugger (training thread, or whoever changed the state) ------------------
     def _on_step(self, step: int) -> None:
-        if self._pause_after is not None and step >= self._pause_after:
-            self._pause_after = None
-            self.dbg.pause()  # the step end that follows this event pauses
         if not self.connected:
             return
         with self._lock:
@@ -255,14 +261,35 @@ class Agent:
             self.connects += 1
             self._backoff = BACKOFF[0]
             self._lost_since = None
+            self._job_watches(head.get("watch"))
+            self._answered.set()
             self._sync()
         elif kind == "refused":
             self.refused = str(head.get("reason", "refused"))
             self._warn_once("refused:" + self.refused, f"the notebook at {self.host}:{self.port} refused this "
                             f"process: {self.refused}; training continues without it")
+            self._answered.set()
             self._drop_socket(time.monotonic())
         elif kind == "request" and self.connected:
             self._serve(head)
+
+    def _job_watches(self, specs: Any) -> None:
+        """The watchpoints the notebook set on the job before this process joined (its welcome carries
+        them), unless this debugger already has the same one (a process that reconnects keeps its own)."""
+        if not isinstance(specs, list):
+            return
+        def key(condition: Any, nodes: Any) -> tuple[str, Any]:
+            return str(condition).strip().upper(), repr([nodes] if isinstance(nodes, str) else nodes)
+
+        have = {key(w.condition, w.nodes) for w in list(self.dbg.watchpoints.watchpoints.values())}
+        for spec in specs:
+            if not isinstance(spec, dict) or key(spec.get("condition"), spec.get("nodes")) in have:
+                continue
+            try:
+                P.check_request({"id": 0, "op": "watch", "args": spec})
+                self._op_watch(**spec)
+            except Exception as e:  # noqa: BLE001 - a bad spec: said, and the others still set
+                self._warn_once("job-watch", f"the job's watchpoint {spec.get('condition')!r} was not set here: {e}")
 
     def _sync(self) -> None:
         """Everything the notebook needs after a (re)connect: graph, watchpoints, hits, the statistics
@@ -358,9 +385,12 @@ class Agent:
         self.dbg.pause()
         return None, []
 
-    def _op_pause_at_step(self, step: int) -> Any:
-        """Pause at the end of step ``step`` (at the next step end when that one is already over)."""
-        self._pause_after = int(step)
+    def _op_pause_at_step(self, step: Any) -> Any:
+        """Pause at the end of step ``step`` (at the next step end when that one is already over; nothing
+        when training is already paused at that boundary or a later one; None: forget the boundary) — the
+        controller's :meth:`~nbdebug.control.Controller.pause_after`, which decides under its own lock, so a
+        request that crosses a pause of the process's own (a hit) cannot stay armed behind it."""
+        self.dbg.pause_after(None if step is None else int(step))
         return {"step_index": self.dbg.session.step_index}, []
 
     def _op_terminate(self) -> Any:

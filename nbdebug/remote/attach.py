@@ -14,7 +14,9 @@ or, with no arguments, from the environment the notebook printed (``nbdebug.list
 ``attach`` returns a normal :class:`~nbdebug.Debugger` (every keyword of it is accepted) whose
 training — the calling thread's plain loop — is controlled from the notebook: pause, step, run to a
 node, terminate (which ends the script like ``sys.exit(0)``). ``NBDEBUG_PAUSE_TIMEOUT`` (seconds,
-default 300) bounds how long training stays paused while no notebook is connected.
+default 300) bounds how long training stays paused while no notebook is connected. An address that is
+not ``host:port`` or does not resolve, or an unknown level, fails here, before anything is hooked; a notebook
+that does not answer within :data:`CONNECT_WAIT_S` seconds is said once, and training goes on without it.
 
 >>> import os; os.environ.pop("NBDEBUG_CONNECT", None) and None
 >>> attach(object())  # doctest: +ELLIPSIS
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import socket
 import weakref
 from typing import Any
 
@@ -34,12 +37,18 @@ ENV_CONNECT = "NBDEBUG_CONNECT"
 ENV_TOKEN = "NBDEBUG_TOKEN"
 ENV_PAUSE_TIMEOUT = "NBDEBUG_PAUSE_TIMEOUT"
 ENV_LEVEL = "NBDEBUG_LEVEL"
+#: seconds training waits at attach for the notebook's welcome (its watchpoints then apply from the first
+#: step); a notebook that does not answer by then is said once, and training goes on without it
+CONNECT_WAIT_S = 3.0
 
 _AGENTS: list[weakref.ref] = []
 
 
-def settings(connect: str | None = None, token: str | None = None) -> tuple[str, str, float]:
-    """``(address, token, pause_timeout)`` from the arguments, else the environment; clear errors."""
+def settings(connect: str | None = None, token: str | None = None,
+             level: str | None = None) -> tuple[str, str, float]:
+    """``(address, token, pause_timeout)`` from the arguments, else the environment; clear errors — before
+    anything is hooked: an address that is not ``host:port`` or whose host does not resolve, a level
+    (``level`` or ``NBDEBUG_LEVEL``) that is none of the capture levels."""
     address = connect or os.environ.get(ENV_CONNECT, "").strip()
     if not address:
         raise ValueError(f"nbdebug.attach: no listener to connect to: pass connect=\"host:port\" or set "
@@ -55,7 +64,30 @@ def settings(connect: str | None = None, token: str | None = None) -> tuple[str,
         raise ValueError(f"{ENV_PAUSE_TIMEOUT} must be a number of seconds, got {raw!r}") from None
     if not timeout >= 0:
         raise ValueError(f"{ENV_PAUSE_TIMEOUT} must be >= 0 seconds, got {raw!r}")
+    check_level(level or os.environ.get(ENV_LEVEL, "L0"))
+    check_address(address)
     return address, tok, timeout
+
+
+def check_level(level: str) -> None:
+    """A capture level every framework knows (the Debugger checks its framework's own at attach)."""
+    from ..frameworks.core.capture import LEVELS
+
+    if level not in LEVELS:
+        raise ValueError(f"nbdebug.attach: unknown level {level!r} ({ENV_LEVEL} or level=); choose one of "
+                         f"{', '.join(LEVELS)}")
+
+
+def check_address(address: str) -> None:
+    """``host:port`` whose host resolves (a typo fails here, at start, not silently in the background)."""
+    from .agent import Agent
+
+    host, port = Agent.parse_address(address)
+    try:
+        socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as e:
+        raise ValueError(f"nbdebug.attach: the host of {ENV_CONNECT}/connect={address!r} does not resolve "
+                         f"({e})") from None
 
 
 def attach(model: Any, level: str | None = None, *, connect: str | None = None, token: str | None = None,
@@ -64,12 +96,12 @@ def attach(model: Any, level: str | None = None, *, connect: str | None = None, 
 
     ``connect``/``token`` default to ``NBDEBUG_CONNECT``/``NBDEBUG_TOKEN``; ``level`` to ``NBDEBUG_LEVEL``
     or ``"L0"``; other keywords go to the Debugger. The connection is made in the background: training
-    never waits for the notebook."""
-    address, tok, timeout = settings(connect, token)
+    waits for the notebook at most ``CONNECT_WAIT_S`` seconds, at the start (the job's watchpoints
+    arrive with the welcome and apply from the first step); then, or when nothing answers, it goes on."""
+    address, tok, timeout = settings(connect, token, level)  # bad input fails before the model is hooked
     from ..debugger import Debugger
     from .agent import Agent
 
-    Agent.parse_address(address)  # a bad address fails before the model is hooked
     dbg = Debugger(model, level or os.environ.get(ENV_LEVEL, "L0"), **kwargs)
     try:
         agent = Agent(dbg, address, tok, pause_timeout=timeout)
@@ -79,6 +111,7 @@ def attach(model: Any, level: str | None = None, *, connect: str | None = None, 
         raise
     dbg.remote = agent
     _AGENTS.append(weakref.ref(agent))
+    agent.first_contact(CONNECT_WAIT_S)
     return dbg
 
 

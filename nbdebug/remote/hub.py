@@ -172,8 +172,12 @@ class Listener:
         return step
 
     def cont_all(self, steps: int | None = None) -> None:
-        """Continue every connected process (``steps`` more steps each)."""
-        self.request_all([s for s in self.live() if str(s.state) == "paused"], "cont", {"steps": steps})
+        """Continue every connected process (``steps`` more steps each). A step boundary some process was
+        still asked to pause at (a line-up or a ``pause_all`` that crossed a pause of its own) is forgotten
+        first, on every process: a continue means until a hit or the end (or ``steps``) for all of them."""
+        live = self.live()
+        self.request_all(live, "pause_at_step", {"step": None})
+        self.request_all([s for s in live if str(s.state) == "paused"], "cont", {"steps": steps})
 
     def terminate_all(self) -> None:
         self.request_all(self.live(), "terminate", {})
@@ -186,7 +190,7 @@ class Listener:
         The listener calls it on its own thread when a process pauses on a hit while others run."""
         end = time.monotonic() + timeout
         asked: dict[int, int] = {}  # id(source) -> the boundary it was asked to pause after
-        late_since: float | None = None
+        late_since: tuple[int, float] | None = None  # (the furthest running step past base, seen since)
         while time.monotonic() < end and not self.closed:
             live = self.live()
             stopped = [s for s in live if str(s.state) == "paused" and s.current_node is None]
@@ -198,11 +202,11 @@ class Listener:
                 self.notice = ""
                 return base
             late = [s.step_index for s in running if s.step_index > base]
-            if late and late_since is None:
-                late_since = time.monotonic()
+            if not late or late_since is None or late_since[0] != max(late):
+                late_since = (max(late), time.monotonic()) if late else None  # a new "ahead": its own settle time
             # a running process one step ahead may be just finishing ``base`` (about to pause there): it gets
             # SETTLE_S before it counts as past it
-            past = late and (max(late) > base + 1 or time.monotonic() - late_since > SETTLE_S)
+            past = late and (max(late) > base + 1 or time.monotonic() - late_since[1] > SETTLE_S)
             target = max(late) if past else base
             ask = [s for s in running if asked.get(id(s)) != target]
             behind = [s for s in stopped if s.step_index - 1 < target]
@@ -332,6 +336,7 @@ class Listener:
             return
         rank = head.get("rank")
         key = int(rank) if isinstance(rank, int) else f"{head.get('host')}:{head.get('pid')}"
+        welcome: dict[str, Any] = {"type": "welcome", "key": str(key)}
         src = self.sources.get(key)
         if src is not None and (src.info.get("pid"), src.info.get("host")) == (head.get("pid"), head.get("host")):
             for old in [i for i, s in self._by_ident.items() if s is src]:
@@ -345,12 +350,23 @@ class Listener:
             self.sources.update(items)
             if self._job is not None:
                 self._job.add(key, src)
+                welcome["watch"] = self._job_watches()
         src.connected = True
         src.last_heard = time.monotonic()
         self._by_ident[ident] = src
-        self.pump.send_now([ident, *P.encode({"type": "welcome", "key": str(key)})])
+        self.pump.send_now([ident, *P.encode(welcome)])
         announce(src)
         self.hub.emit("state", "connected")
+
+    def _job_watches(self) -> list[dict[str, Any]]:
+        """The job's watchpoints (``job.watch`` before this process joined) as ``watch`` request arguments:
+        the process sets them on its welcome, before its next step."""
+        out = []
+        for condition, nodes, params in self._job.watches:
+            args = dict(params)
+            target = args.pop("target", None)
+            out.append({"condition": condition, "nodes": nodes, "params": args, "target": P.target_record(target)})
+        return out
 
     def _tick(self) -> None:
         now = time.monotonic()
