@@ -30,7 +30,7 @@ from .watch.watchpoints import WatchManager
 
 _ATTACHED: dict[int, tuple[weakref.ref, weakref.ref]] = {}  # id(model) -> (model, Debugger)
 #: the watchpoint conditions that read the monitor series (all a level="monitor" Debugger can check)
-MONITOR_CONDITIONS = ("SPIKE", "DRIFT", "STALL", "ODD_RANK")
+MONITOR_CONDITIONS = ("TO", "SPIKE", "DRIFT", "STALL", "ODD_RANK")  # TO: NaN/Inf in a monitor series
 _LAST: list[weakref.ref | None] = [None]
 
 

@@ -281,3 +281,31 @@ def test_soak_10000_steps_at_monitor_level_rss_bounded():
         assert grown < 30, f"RSS grew {grown:.1f} MB over 9,500 monitor steps"
     finally:
         dbg.close()
+
+
+def test_to_at_monitor_level_pauses_at_the_step_the_loss_goes_nan():
+    """At level="monitor" no tensor is recorded, yet a NaN loss or gradient must stop the run: TO reads the
+    monitor series (a NaN the model computed is a value in the Monitor, not an absent series)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    dbg = nbdebug.Debugger(model, level="monitor")
+    try:
+        dbg.watch("TO")
+        for step in range(4):
+            x = torch.randn(8, 4)
+            if step == 2:
+                x[0, 0] = float("nan")  # one bad batch
+            opt.zero_grad()
+            loss = model(x).pow(2).mean()
+            dbg.record_loss(loss)
+            loss.backward()
+            opt.step()
+        hits = [h for h in dbg.hits if h.is_hit]
+        assert hits and min(h.step for h in hits) == 2
+        nodes = {(h.node, h.slot) for h in hits if h.step == 2}
+        assert ("Run", "loss") in nodes and ("Module.0.Linear", "output_norm") in nodes, nodes
+        assert dbg.session.monitor.value(2, "Run", "loss") != dbg.session.monitor.value(2, "Run", "loss")  # NaN
+        assert "NaN" in next(h for h in hits if h.node == "Run").advice
+    finally:
+        dbg.close()

@@ -45,6 +45,7 @@ from .conditions import (
 )
 from .flow import in_flow_order
 from .guide import advice
+from .monitor_check import monitor_nonfinite
 from .nonfinite import first_nonfinite
 from .recommend import Target, activation_kind, recommended, recommended_temporal
 from .registry import is_temporal
@@ -67,11 +68,6 @@ def node_category(node: Any) -> set[str]:
     elif node.section == "forward" and node.kind in ("op", "module") and node.op_type.lower() in ACTIVATIONS:
         cats.add("activation")
     return cats
-
-
-def watched_slots(node: Any, slots: Iterable[str]) -> list[str]:
-    """The tensors a watchpoint looks at: a node's outputs (inputs are their producers' outputs)."""
-    return [s for s in slots if not s.startswith(("input", "parameters"))]
 
 
 @dataclass
@@ -164,10 +160,10 @@ class WatchManager:
         #: node globs whose non-finite values are intended (the owner's ``benign_nonfinite``)
         self.benign: tuple[str, ...] = ()
         self._initial_done: set[int] = set()
-        #: the watchpoints over time (SPIKE, DRIFT, STALL): rolling state per watchpoint, the bands of their hits
-        self.temporal = TemporalEngine(session)
         #: watchpoints naming nodes, made before any node was captured: checked once the first step ran
         self._unchecked_selection: set[int] = set()
+        #: the watchpoints over time (SPIKE, DRIFT, STALL): rolling state per watchpoint, the bands of their hits
+        self.temporal = TemporalEngine(session)
 
     # -- editing ----------------------------------------------------------------------------------
     def watch(self, condition: str, nodes: str | Iterable[str] | None = None, *, target: Target | None = None,
@@ -288,6 +284,8 @@ class WatchManager:
         if found:
             origin = first_nonfinite(self.session, step, ignore=self.benign)
             found = in_flow_order(self.session.graph, found, origin[0] if origin is not None else None)
+        if not len(table):  # a step that recorded no tensors (level="monitor"): TO reads the monitor series
+            found += monitor_nonfinite(self.watchpoints.values(), self.session, step)
         found += over_time
         self.hits = [h for h in self.hits if h.step != step or h.condition == "ODD_RANK"] + found
         self._warn_unchecked_selections()
