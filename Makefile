@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.nbdebug-installed
 
-.PHONY: lab test test-np2 setup lint bench clean browser labextension frontend
+.PHONY: lab test test-fast test-np2 setup lint bench clean browser labextension frontend
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -112,6 +112,13 @@ lint: setup
 test: setup browser lint
 	$(PY) -m pytest -q --doctest-modules nbdebug tests
 	$(MAKE) test-np2
+
+# The inner loop: no browser, no process started, no slow module (markers: tests/conftest.py); no lint, no
+# numpy-2 run. `make test` runs everything.
+FAST := not browser and not subprocess and not slow
+
+test-fast: setup
+	$(PY) -m pytest -q -m "$(FAST)" --doctest-modules nbdebug tests
 
 # The PyTorch tests and the doctests on numpy 2 (tests/torch_only.py leaves out, and names, the modules that
 # need MindSpore, msProbe, JupyterLab or the browser).
