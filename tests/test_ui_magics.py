@@ -109,7 +109,7 @@ def test_load_a_real_dump_into_the_offline_panel(ip, tmp_path):
         (row,) = panel.hit_list.rows()
         assert row.children[0].description == "TO · output.0"
         (group,) = panel.hit_list.groups()
-        assert "Functional.relu.0.forward</b> <small>· step 1 · 1 hit" in group.children[0].value
+        assert "Functional.relu.0.forward</b> <small>· TO · step 1 · 1 hit" in group.children[0].value
         row.children[1].click()  # statistics-only dump: the view says so and shows the recorded statistics
         tv = panel.tensor_view
         assert tv.visible and "statistics only" in tv.error.value

@@ -4,7 +4,12 @@ Every interactive picture of the panel (graph, tensor heatmap, relationship diag
 :class:`FrontendWidget`: an anywidget whose ``_esm`` is a stub of a few hundred bytes. The stub
 ``import()``s the real module from the labextension's static files, so the browser fetches it once per
 page however many panels there are, and the kernel websocket carries only data (see
-``frontend/PROTOCOL.md``). Where the labextension is not installed the stub says so instead of drawing.
+``frontend/PROTOCOL.md``). Where the labextension is not there (VS Code, Colab, a Jupyter front end
+without it) the stub asks the kernel for the bundle instead (``nbdebug-bundle``), once per page, and
+imports it from a blob URL.
+
+Nothing is sent before a view has said ``hello`` (:attr:`FrontendWidget.greeted`): a message posted earlier
+is recorded and goes out once, in the answer to the view's ``hello``.
 
 Data goes as custom messages, not traits, so a saved notebook's widget state stays small; each widget
 remembers the last message of each type (:meth:`FrontendWidget.recorded`) so a view that renders
@@ -13,10 +18,11 @@ later (a page reload, a second view) can ask for it again with ``hello``, and so
 
 >>> w = FrontendWidget(view="graph")
 >>> w.post({"type": "marks", "badges": {}})      # no browser listening: kept for the next hello
->>> [m["type"] for m in w.recorded()]
-['marks']
->>> len(FrontendWidget._esm) < 2000
+>>> [m["type"] for m in w.recorded()], w.greeted
+(['marks'], False)
+>>> len(FrontendWidget._esm) < 3000
 True
+
 """
 
 from __future__ import annotations
@@ -33,30 +39,47 @@ import traitlets as t
 STATIC = Path(__file__).resolve().parent / "static"
 BUNDLE = "nbdebug-ui.js"
 
-#: The anywidget module: find the labextension's static URL in the page's config and import the bundle
-#: from it (one fetch per page: the browser caches the module by URL). export_html sets window.nbdebugUI.
+#: The anywidget module: import the bundle from the labextension's static files (URL from the page's config;
+#: the browser caches the module by URL); where that fails (no labextension: VS Code, Colab, a Jupyter
+#: front end without it) ask the kernel for it once (``nbdebug-bundle``: the bundle as one buffer) and import
+#: it from a blob URL. Either way one load per page (``globalThis.nbdebugUILoading``); export_html sets
+#: window.nbdebugUI itself.
 STUB = """
-let ui;
-function load() {
-  if (globalThis.nbdebugUI) return Promise.resolve(globalThis.nbdebugUI);
-  if (!ui) {
+function load(model) {
+  const g = globalThis;
+  if (g.nbdebugUI) return Promise.resolve(g.nbdebugUI);
+  if (!g.nbdebugUILoading) {
     let base = "";
     try {
       const cfg = JSON.parse(document.getElementById("jupyter-config-data").textContent);
       base = cfg.fullLabextensionsUrl || (cfg.baseUrl || "/") + "lab/extensions";
     } catch (e) { base = "/lab/extensions"; }
     const url = new URL(base.replace(/\\/$/, "") + "/nbdebug/static/nbdebug-ui.js", location.href).href;
-    ui = import(url).then(m => (globalThis.nbdebugUI = m));
+    g.nbdebugUILoading = import(url).then(m => { g.nbdebugUISource = "labextension"; return m; },
+                                           () => fromKernel(model))
+      .then(m => (g.nbdebugUI = m), e => { g.nbdebugUILoading = null; throw e; });
   }
-  return ui;
+  return g.nbdebugUILoading;
+}
+function fromKernel(model) {
+  return new Promise((resolve, reject) => {
+    const got = (msg, buffers) => {
+      if (!msg || msg.type !== "nbdebug-bundle") return;
+      model.off("msg:custom", got);
+      if (msg.error || !buffers || !buffers.length) { reject(new Error(msg.error || "no bundle")); return; }
+      const url = URL.createObjectURL(new Blob([buffers[0]], { type: "text/javascript" }));
+      import(url).then(m => { globalThis.nbdebugUISource = "kernel"; resolve(m); }, reject);
+    };
+    model.on("msg:custom", got);
+    model.send({ type: "nbdebug-bundle" });
+  });
 }
 export default {
   async render({ model, el }) {
     let m;
-    try { m = await load(); } catch (e) {
+    try { m = await load(model); } catch (e) {
       el.innerHTML = "<div class='nbdebug-missing' style='color:#cf222e'>nbdebug: the front end did not load (" +
-        String(e).replace(/</g, "&lt;") + "). Is the nbdebug JupyterLab extension installed? " +
-        "<code>jupyter labextension list</code></div>";
+        String(e).replace(/</g, "&lt;") + ").</div>";
       return;
     }
     return m.render({ model, el });
@@ -93,6 +116,9 @@ class FrontendWidget(anywidget.AnyWidget):
         self._last: dict[str, dict[str, Any]] = {}
         self._buffers: dict[str, list[bytes]] = {}  # the buffers of the recorded messages that had some
         self._handlers: dict[str, Callable[[dict[str, Any], list[Any]], Any]] = {}
+        #: a view has said ``hello``: before that, messages are only recorded (the view's ``hello`` gets them),
+        #: so a panel's data crosses the websocket once, not once on creation and again for the view
+        self.greeted = False
         self.on_msg(self._dispatch)
 
     # -- kernel → browser ---------------------------------------------------------------------------
@@ -104,7 +130,7 @@ class FrontendWidget(anywidget.AnyWidget):
                 self._buffers[content["type"]] = [bytes(memoryview(b).cast("B")) for b in buffers]
             else:
                 self._buffers.pop(content["type"], None)
-        if self.comm is not None:
+        if self.comm is not None and self.greeted:
             self.send(content, buffers)
 
     def recorded(self) -> list[dict[str, Any]]:
@@ -129,12 +155,26 @@ class FrontendWidget(anywidget.AnyWidget):
         if not isinstance(content, dict):
             return
         ty = content.get("type")
+        if ty == "hello":
+            self.greeted = True
+        elif ty == "nbdebug-bundle":  # the page could not import the labextension's copy
+            self._send_bundle()
+            return
         handler = self._handlers.get(ty) if isinstance(ty, str) else None
         if handler is not None:
             handler(content, buffers)
         elif ty == "hello":
             for msg in self.recorded():
                 self.post(msg, self._buffers.get(msg["type"]), record=False)
+
+    def _send_bundle(self) -> None:
+        try:
+            data = bundle_source().encode("utf-8")
+        except FileNotFoundError as e:
+            self.send({"type": "nbdebug-bundle", "error": str(e)}) if self.comm is not None else None
+            return
+        if self.comm is not None:
+            self.send({"type": "nbdebug-bundle", "bytes": len(data)}, [data])
 
     def receive(self, content: dict[str, Any], buffers: list[Any] | None = None) -> None:
         """Act as if the browser had sent ``content`` (tests, and the static replay)."""

@@ -149,6 +149,8 @@ class HitList:
         self.note = w.HTML("")
         self.page = 0
         self._groups: list[tuple[tuple[str, str], list[Any]]] = []
+        self._boxes: dict[tuple[str, str], tuple[w.VBox, w.HTML, Any]] = {}  # the shown groups' widgets
+        self._empty = w.HTML("<i>no hits</i>")
         self.summary = w.HTML("")
         self.summary.add_class("nbdebug-hit-summary")
         self.prev = w.Button(description="‹", tooltip="previous page", layout=w.Layout(width="32px"))
@@ -200,7 +202,18 @@ class HitList:
         self.page = min(self.page, self.pages - 1)
         first = self.page * PAGE_GROUPS
         shown = self._groups[first:first + PAGE_GROUPS]
-        self.list.children = [self._group(key, rs) for key, rs in shown] or [w.HTML("<i>no hits</i>")]
+        boxes, kept = [], {}
+        for key, rs in shown:
+            box = self._group(key, rs)
+            kept[key] = self._boxes[key]
+            boxes.append(box)
+        for key, (box, _head, _sig) in self._boxes.items():  # groups no longer shown: their widgets go
+            if key not in kept:
+                _close(box)
+        self._boxes = kept
+        children = boxes or [self._empty]
+        if list(self.list.children) != children:
+            self.list.children = children
         n = len(self._groups)
         self.pager_label.value = (f"<small>groups {first + 1}–{first + len(shown)} of {n} "
                                   f"(node · condition)</small>")
@@ -210,16 +223,31 @@ class HitList:
         self.note.value = ""
 
     def _group(self, key: tuple[str, str], records: list[Any]) -> w.VBox:
+        """The group's box: built once, then only its title changes while its listed records stay the same
+        (thousands of hits arriving do not rebuild rows, nor leave closed-over widgets in the browser)."""
         node, condition = key
         n = len(records)
         more = f" · {ROWS_PER_GROUP} listed" if n > ROWS_PER_GROUP else ""
-        head = w.HTML(f"<b>{html.escape(node)}</b> <small>· {html.escape(condition)} · "
-                      f"{steps_text([h.step for h in records])} · {n} hit{'s' if n != 1 else ''}{more}</small>")
+        born = ("<span class='nbdebug-hit-origin' title='a NaN/Inf starts here (first_nonfinite)'>origin</span> "
+                if any(getattr(h, "origin", False) for h in records) else "")
+        title = (f"{born}<b>{html.escape(node)}</b> <small>· {html.escape(condition)} · "
+                 f"{steps_text([h.step for h in records])} · {n} hit{'s' if n != 1 else ''}{more}</small>")
+        listed = records[:ROWS_PER_GROUP]
+        sig = tuple((h.watchpoint, h.slot, h.step, h.hits) for h in listed)
+        old = self._boxes.get(key)
+        if old is not None and old[2] == sig:
+            if old[1].value != title:
+                old[1].value = title
+            return old[0]
+        if old is not None:
+            _close(old[0])
+        head = w.HTML(title)
         head.add_class("nbdebug-hit-group-title")
-        box = w.VBox([head] + [self._row(h) for h in records[:ROWS_PER_GROUP]],
+        box = w.VBox([head] + [self._row(h) for h in listed],
                      layout=w.Layout(flex="0 0 auto", border_left="3px solid #cf222e", padding="0 0 0 4px",
                                      margin="0 0 4px 0"))
         box.add_class("nbdebug-hit-group")
+        self._boxes[key] = (box, head, sig)
         return box
 
     def _row(self, h: Any) -> w.HBox:
@@ -257,3 +285,15 @@ class HitList:
 
     def notice_rows(self) -> list[w.HTML]:
         return list(self.notice_list.children)
+
+
+def _close(box: w.Widget) -> None:
+    """Close a widget and everything in it (the browser drops their models)."""
+    stack = [box]
+    while stack:
+        wd = stack.pop()
+        stack.extend(getattr(wd, "children", ()))
+        for part in (getattr(wd, "layout", None), getattr(wd, "style", None)):  # models of their own
+            if isinstance(part, w.Widget):
+                part.close()
+        wd.close()
