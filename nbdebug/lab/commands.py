@@ -99,13 +99,14 @@ def status(dbg: Any = None) -> dict[str, Any]:
     peers = getattr(dbg, "peers", None)  # the processes of a job connected to one listener
     if peers is not None and len(peers) > 1:
         out["processes"] = [{"key": str(p.key), **{k: v for k, v in _one_status(p).items()
-                                                  if k in ("state", "step", "hits")}} for p in peers]
+                                                  if k in ("state", "step", "shown_step", "hits")}} for p in peers]
     return out
 
 
 def _one_status(dbg: Any) -> dict[str, Any]:
     idx = int(dbg.step_index)
-    shown = idx if len(dbg.session.recorder) else idx - 1
+    latest = getattr(dbg.session, "latest_step", None)  # the panel header's Step (ui.source.last_step)
+    shown = int(latest()) if callable(latest) else (idx if len(dbg.session.recorder) else idx - 1)
     return {
         "state": str(dbg.state),
         "step": idx,

@@ -33,6 +33,34 @@ START_HINT = ("Training has not started. Run your training function under the de
               "CONTINUE or OK.")
 
 
+def paused_text(reason: str | None, node: str | None) -> str:
+    """The control bar's line while paused: where, and why when there is more to say than "paused".
+
+    >>> paused_text("paused", None)
+    'Paused.'
+    >>> paused_text("2 watchpoint hits in step 3", "Torch.log.0.forward")
+    'Paused at <code>Torch.log.0.forward</code>: 2 watchpoint hits in step 3.'
+    """
+    where = f" at <code>{html.escape(node)}</code>" if node else ""
+    why = (reason or "").strip().rstrip(".")
+    if why.lower() in ("", "paused"):
+        return f"Paused{where}."
+    return f"Paused{where}: {html.escape(why)}."
+
+
+def idle_text(source: Any) -> str:
+    """The line while no ``dbg.run`` drives training: the start hint before any step; once steps were
+    recorded (training called directly, outside ``dbg.run``), how many, and that control needs ``dbg.run``."""
+    session = source.session
+    steps = int(getattr(session, "step_index", 0) or 0)
+    if steps <= 0 and source.step < 0:
+        return START_HINT
+    steps = max(steps, source.step + 1)
+    return (f"{steps} step{'s' if steps != 1 else ''} recorded; training is not running under the debugger's "
+            "control now (it ran outside <code>dbg.run</code>, or has returned). To pause, step and continue "
+            "from here, run it as <code>dbg.run(train, paused=True)</code>.")
+
+
 class Controls:
     """The control bar of a live session; ``selected()`` gives the node for "run to"."""
 
@@ -109,12 +137,11 @@ class Controls:
             if b.disabled != (not on):
                 b.disabled = not on
         if state == "idle":
-            text = START_HINT
+            text = idle_text(self.source)
         elif state == "running":
             text = "Training is running."
         elif paused:
-            where = f" at <code>{html.escape(self.source.current_node)}</code>" if self.source.current_node else ""
-            text = f"Paused{where}: {html.escape(self.source.pause_reason or 'paused')}."
+            text = paused_text(self.source.pause_reason, self.source.current_node)
         elif state == "closed":
             text = ("The debugger is closed: its hooks are removed and there is no training to control. "
                     "Create a new <code>nbdebug.Debugger(model)</code> to debug again.")

@@ -26,6 +26,22 @@ _SHOWN = ("max", "min", "mean", "count", "nan_count", "neg_inf_count", "pos_inf_
 _HEAD = ("max", "min", "mean", "count", "NaN", "−Inf", "+Inf", "zero")
 
 
+_KEEP = "<td style='white-space:nowrap'>{}</td>"  # slot, dtype, shape: one line each
+_FLOW = "<td class='nbdebug-details-flow' style='min-width:180px;white-space:normal'>{}</td>"
+
+
+def shape_text(shape: Any) -> str:
+    """A shape on one line: ``4×512×256``; ``scalar`` for ``()``; ``?`` when unknown.
+
+    >>> shape_text((4, 512, 256)), shape_text(()), shape_text(None)
+    ('4×512×256', 'scalar', '?')
+    """
+    if shape is None:
+        return "?"
+    dims = tuple(shape)
+    return "×".join(str(n) for n in dims) if dims else "scalar"
+
+
 def slot_order(slot: str) -> tuple[int, str]:
     head = slot.split(".", 1)[0]
     rank = {"input": 0, "parameters": 1, "output": 2}.get(head, 3)
@@ -117,13 +133,15 @@ class NodeDetails:
             link = producers.get(slot) or consumers.get(slot) or []
             rel = ("from " if slot in producers else "to ") + ", ".join(link[:3]) if link else ""
             rel += f" (+{len(link) - 3})" if len(link) > 3 else ""
-            rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in [
-                f"<b>{html.escape(slot)}</b>", html.escape(str(dtype)), html.escape(str(tuple(shape or ()))),
-                *cells, value, html.escape(rel)]) + "</tr>")
+            rows.append("<tr>" + _KEEP.format(f"<b>{html.escape(slot)}</b>") + _KEEP.format(html.escape(str(dtype)))
+                        + _KEEP.format(shape_text(shape)) + "".join(f"<td>{c}</td>" for c in [*cells, value])
+                        + _FLOW.format(html.escape(rel)) + "</tr>")
         head = "".join(f"<th>{h}</th>" for h in ("slot", "dtype", "shape", *_HEAD, "value", "data flow"))
+        # the table scrolls sideways in a narrow panel instead of wrapping shapes or clipping the last column
         self.table.value = (
+            "<div class='nbdebug-details-scroll' style='overflow-x:auto;max-width:100%'>"
             "<table class='nbdebug-table' style='font-size:11px;border-collapse:collapse'>"
-            f"<tr>{head}</tr>{''.join(rows)}</table>" if rows else "<i>no tensors recorded for this node</i>")
+            f"<tr>{head}</tr>{''.join(rows)}</table></div>" if rows else "<i>no tensors recorded for this node</i>")
         self.views.children = [self._view_button(name, s) for s in sorted(node.shapes, key=slot_order)]
         self.producers.children = self._links("Producers:", sorted(g.predecessors(name), key=_order_of(g)))
         self.consumers.children = self._links("Consumers:", sorted(g.successors(name), key=_order_of(g)))

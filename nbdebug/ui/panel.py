@@ -166,6 +166,8 @@ class Panel(w.VBox):
                 self.error.value = (f"<details><summary style='color:#cf222e'>panel error in {part}</summary>"
                                     f"<pre>{html.escape(msg)}</pre></details>")
         self._sig = sig
+        if "header" in parts or "watch" in parts:
+            self._settle_offer()
         if "header" in parts:
             self._show_failure()
             self._follow_pause()
@@ -353,6 +355,16 @@ class Panel(w.VBox):
                         yes, no]
         bar.layout.display = "flex"
         return bar
+
+    def _settle_offer(self) -> None:
+        """The recommended-watchpoints offer goes once it is moot: the user set watchpoints their own way
+        (form, ``dbg.watch``), or training is over."""
+        bar = self.recommend_bar
+        if bar.layout.display == "none":
+            return
+        src = self.source
+        if src.watchpoints.watchpoints or src.state in ("finished", "terminated", "failed", "closed"):
+            bar.layout.display = "none"
 
     def apply_recommended(self, accept: bool) -> list[Any]:
         """Answer the recommended-watchpoints offer."""

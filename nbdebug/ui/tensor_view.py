@@ -87,6 +87,7 @@ class TensorView:
         self._diff: tuple[float, np.ndarray] | None = None
         self._steps: tuple[int | str, int | str] = ("current", "previous")
         self._step_ints: tuple[int | None, int | None] = (None, None)
+        self._title_parts: tuple[str, str, str, tuple[int, ...]] = ("", "", "", ())
         self.error_texts: dict[str, str] = {}
         self._stats_key: Any = None
         self._quiet = False
@@ -184,9 +185,7 @@ class TensorView:
         node_obj = self.source.graph.nodes[node]
         dtype = node_obj.dtypes.get(slot, "") if self._cur is None else str(self._cur.dtype)
         self._step_ints = (self._resolve(step), self._resolve(prev_step))
-        self.title.value = (f"<code>{html.escape(node)}</code> <b>{html.escape(slot)}</b> · "
-                            f"{html.escape(step_label('current', *self._step_ints))} · {html.escape(dtype)} "
-                            f"{tuple(shape)}")
+        self._title_parts = (node, slot, dtype, tuple(shape))
         self.widget.layout.display = "flex"
         self._reveal = True  # the heatmap scrolls the view into sight
         self._quiet = True
@@ -244,8 +243,10 @@ class TensorView:
         return tuple(node.shapes.get(self.slot, ()))
 
     def _slice_box(self, axis: int, size: int, text: str) -> w.Text:
+        # the label is as wide as its text ("dim 2 (1024)" is never cut); the box keeps room for "2:10"
         box = w.Text(value=text, description=f"dim {axis} ({size})", continuous_update=False,
-                     layout=w.Layout(width="170px"), style={"description_width": "80px"})
+                     layout=w.Layout(width="auto", min_width="190px", flex="0 0 auto"),
+                     style={"description_width": "initial"})
         box.add_class(f"nbdebug-slice-{axis}")
         box.add_class("nbdebug-slice")
         box.observe(lambda ch: None if self._quiet else self.redraw(), names="value")
@@ -293,12 +294,21 @@ class TensorView:
             self._diff = (tol, compare(self._cur, self._prev, tol))
         return self._diff[1]
 
+    def _draw_title(self, label: str) -> None:
+        """The title names the step of the mode shown (``previous step 2`` in Previous step mode)."""
+        node, slot, dtype, shape = self._title_parts
+        value = (f"<code>{html.escape(node)}</code> <b>{html.escape(slot)}</b> · "
+                 f"<span class='nbdebug-tensor-step'>{html.escape(label)}</span> · {html.escape(dtype)} {shape}")
+        if self.title.value != value:
+            self.title.value = value
+
     def redraw(self) -> None:
         if self.node is None:
             return
         self._draw_stats()
         mode = {"current": "current", "previous": "previous"}.get(self.mode.value, "difference")
         label = step_label(mode, *self._step_ints)
+        self._draw_title(label)
         title = f"{self.node} {self.slot}"
         reveal, self._reveal = self._reveal, False
         values = self.values()
@@ -321,7 +331,8 @@ class TensorView:
         self.slice_error.value = ""
         self.shown, self.message = plane, msg
         self.heatmap.post(msg, [memoryview(plane)])
-        note = f"<small>{html.escape(msg['note'])}</small>" if msg["note"] else ""
+        note = (f"<div class='nbdebug-tensor-note'><small>{html.escape(msg['note'])}</small></div>"
+                if msg["note"] else "")
         self.table.value = _value_table(plane, msg["rows"], msg["cols"]) + note
 
     def _draw_stats(self) -> None:
@@ -435,5 +446,6 @@ def _value_table(part: np.ndarray, rows: list[int] | None, cols: list[int] | Non
                    for i, r in zip(rlab, shown))  # noqa: B905
     more = ""
     if part.shape[0] > MAX_TABLE or part.shape[1] > MAX_TABLE:
-        more = f"<small>table shows {shown.shape[0]}×{shown.shape[1]} of {part.shape[0]}×{part.shape[1]}</small>"
+        more = (f"<div class='nbdebug-table-note'><small>table shows {shown.shape[0]}×{shown.shape[1]} of "
+                f"{part.shape[0]}×{part.shape[1]}</small></div>")
     return f"<table class='nbdebug-table' style='font-size:10px'><tr><th></th>{head}</tr>{body}</table>{more}"

@@ -28,6 +28,14 @@ def _num(x: float) -> str:
     return f"{x:.4g}"
 
 
+def _count(x: float) -> str:
+    """
+    >>> _count(65536.0), _count(3), _count(float("nan"))
+    ('65536', '3', 'nan')
+    """
+    return str(int(x)) if x == x and abs(x) != float("inf") and float(x).is_integer() else _num(x)
+
+
 class Hit(NamedTuple):
     """One parameter that fired: the threshold that was set and the actual value.
 
@@ -44,8 +52,8 @@ class Hit(NamedTuple):
     actual: float
 
     def describe(self) -> str:
-        if self.param in _COUNT_PARAMS:
-            return f"{self.param} = {_num(self.actual)} (> 0)"
+        if self.param in _COUNT_PARAMS:  # a count reads as a whole number: 65536, never 6.554e+04
+            return f"{self.param} = {_count(self.actual)} (> 0)"
         if self.param in ("rtol", "atol"):
             what = "relative" if self.param == "rtol" else "absolute"
             return f"{self.param} = {_num(self.threshold)} set, largest {what} change = {_num(self.actual)}"
