@@ -46,6 +46,7 @@ from .kernel_files import (
                             match_kernel_files,
                             misdump_reason,
                             parse_dump_name,
+                            split_names,
                             split_runs,
 )
 from .kernel_graph import (
@@ -73,8 +74,8 @@ from .kernel_recorder import NpyRef, RowBuffer, RunRecorder
 __all__ = [
     "ENV", "NET_NAME", "SAMPLED_CAPTURES", "arm_kernel_dump", "armed_config", "armed_dump_dir", "check_every",
     "dump_config", "dump_parent", "sampled_iterations", "array_row", "index_files", "index_iteration", "load_npy",
-    "match_kernel_files", "misdump_reason", "parse_dump_name", "split_runs", "OPTIMIZER_KERNELS", "Kernel",
-    "KernelGraph", "build_kernel_graph", "file_key", "load_kernel_graph", "section_of", "IRGraph", "IRNode",
+    "match_kernel_files", "misdump_reason", "parse_dump_name", "split_names", "split_runs", "OPTIMIZER_KERNELS",
+    "Kernel", "KernelGraph", "build_kernel_graph", "file_key", "load_kernel_graph", "section_of", "IRGraph", "IRNode",
     "IRParam", "is_optimizer_state", "parse_ir", "parse_pb", "read_execution_order", "KernelDump", "find_rank_dirs",
     "graph_dirs", "graph_ids", "group_runs", "iteration_dirs", "load_kernel_dump", "remove_files", "NpyRef",
     "RowBuffer", "RunRecorder",

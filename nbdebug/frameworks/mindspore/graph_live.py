@@ -179,6 +179,15 @@ def _sweep() -> None:
 _RUNS = _RunPatch()
 
 
+def _call_runs(batch: list[tuple]) -> list[tuple[kd.KernelGraph, dict[str, dict[str, str]]]]:
+    """The graph runs of one call in time order, a loop body's repetitions (several runs of one graph in
+    its iteration directory) apart."""
+    runs = [(ts, i, kg, files) for i, (kg, path, names, _f) in enumerate(batch)
+            for ts, files in kd.split_names(path, names)]
+    runs.sort(key=lambda r: (r[0], r[1]))
+    return [(kg, files) for _ts, _i, kg, files in runs]
+
+
 class _Sampling:
     """Which graph runs are the model's, and why a step was not captured (``graph_every`` > 1).
 
@@ -297,10 +306,12 @@ class GraphAdapter:
                 kd.remove_files(files)
                 continue
             batch.append((self._graph(rank, g), path, names, files))
-        # This model's graphs have its weights; a graph with no weights at all (a branch or loop body of a
-        # model with control flow) belongs to the call when it ran with one of ours.
+        # This model's graphs have its weights; a graph of the same call that holds none of another attached
+        # model's (a branch or loop body of a model with control flow, the loss and optimizer graph split
+        # off by a loop, which holds only the optimizer's state) belongs to the call when one of ours ran.
         ours = [b for b in batch if b[0].weight_names & self.weights]
-        mine = [b for b in batch if b in ours or (ours and not b[0].weight_names)]
+        others = set().union(*(a.weights for a in _RUNS.adapters if a is not self))
+        mine = [b for b in batch if b in ours or (ours and not b[0].weight_names & others)]
         if len(_RUNS.adapters) == 1:  # graphs that run neither this model nor another's
             for b in batch:
                 if b not in mine:
@@ -318,7 +329,7 @@ class GraphAdapter:
             self.sampling.captured(mine[0][1])
         self.section = "optimizer"
         try:
-            self.recorder.record_runs([(kg, kd.index_files(path, names)) for kg, path, names, _f in mine])
+            self.recorder.record_runs(_call_runs(mine))
         finally:
             self.section = "forward"
         self.runs += len(mine)

@@ -150,9 +150,14 @@ def split_runs(iter_dir: str) -> list[tuple[int, dict[str, dict[str, str]]]]:
     MindSpore's iteration counter does not always advance between runs of a graph, so one directory
     can hold several runs; the k-th file of a (kernel, slot) belongs to the k-th run.
     """
+    return split_names(iter_dir, os.listdir(iter_dir))
+
+
+def split_names(iter_dir: str, names: Iterable[str]) -> list[tuple[int, dict[str, dict[str, str]]]]:
+    """:func:`split_runs` over the files ``names`` of ``iter_dir`` (a loop body's repetitions in one call)."""
     mapping = _mapping(iter_dir)
     entries = []
-    for fname in os.listdir(iter_dir):
+    for fname in names:
         parsed = parse_dump_name(fname, mapping)
         if parsed is not None:
             entries.append((parsed[2], parsed[0], parsed[1], fname))

@@ -33,7 +33,7 @@ def is_optimizer_state(name: str) -> bool:
     return name in _STATE_NAMES or name.startswith(_STATE_PREFIXES)
 
 
-_PARAM_RE = re.compile(r"^%para(\d+)_(.+?): <(Ref\[)?Tensor\[(\w+)\]\]?, \(([^)]*)\)(.*)$")
+_PARAM_RE = re.compile(r"^%para(\d+)_(.*?): <(Ref\[)?Tensor\[(\w+)\]\]?, \(([^)]*)\)(.*)$")
 #: most lines one IR statement may span (a constant tensor's value is printed in full)
 MAX_CONTINUATION_LINES = 100_000
 _NODE_RE = re.compile(r"^\s+%(\d+)\(([^)]*)\) = ([^\s(]+)\((.*)$")
@@ -85,6 +85,8 @@ class IRGraph:
     params: dict[str, IRParam]
     nodes: dict[str, IRNode]
     by_fullname: dict[str, IRNode]
+    #: the arguments of the (last) subgraph's ``Return``: what the graph hands back to the control flow
+    returns: list[str] = field(default_factory=list)
 
 
 def _split_args(text: str) -> tuple[list[str], str]:
@@ -151,6 +153,7 @@ def parse_ir(text: str, file: str = "<ir>") -> IRGraph:
     nodes: dict[str, IRNode] = {}
     sub = ""
     last: IRNode | None = None
+    returns: list[str] = []
     lines = text.splitlines()
     i = 0
     while i < len(lines):
@@ -212,11 +215,13 @@ def parse_ir(text: str, file: str = "<ir>") -> IRGraph:
                     cols = (int(c0), int(c1)) if c0 is not None and not multi else (-1, -1)
                     last.frames.append((src_file, int(lno), *cols, src))
             elif line.startswith("  Return(") or line.startswith("}"):
+                if line.startswith("  Return("):
+                    returns = _split_args(line[len("  Return("):])[0]
                 last = None
         except ValueError as exc:
             raise ValueError(f"{file}:{lineno}: cannot parse MindSpore IR line ({exc}): {line[:120]!r}") from None
     by_fullname = {n.fullname: n for n in nodes.values() if n.fullname}
-    return IRGraph(file, params, nodes, by_fullname)
+    return IRGraph(file, params, nodes, by_fullname, returns)
 
 
 def read_execution_order(path: str) -> list[str]:

@@ -160,31 +160,47 @@ def load_kernel_dump(path: str, *, rank: int | None = None) -> Any:
 def group_runs(runs: list[tuple], weighted: dict[int, bool]) -> list[list[tuple]]:
     """Group graph runs ``(first timestamp, iteration, graph id, files)``, in time order, into steps.
 
-    A model with control flow runs several kernel graphs per step: the main graph (it has the weights) and
-    its branches and loop bodies (no weights; a loop body can run several times a step). A step holds the
-    runs from one run of a weighted graph up to the next run of a weighted graph that already ran in it;
-    runs of weightless graphs join the step in progress. A dump without any weighted graph (inference)
-    makes every run a step.
+    A model with control flow runs several kernel graphs per step: the main graph (it has the weights), its
+    branches and loop bodies (a loop body runs several times a step, a loop's body may hold weights too).
+    MindSpore numbers the iteration once per call, for every graph of it: the runs in a row that share an
+    iteration are one step. Where one iteration holds several calls (the counter did not advance), each
+    run of the weighted graph that ran fewest times there starts a step. A dump without any weighted
+    graph (inference) makes every run a step.
 
-    >>> runs = [(0, 0, 0, "main"), (1, 0, 1, "branch"), (2, 1, 0, "main"), (3, 1, 1, "branch")]
-    >>> [[r[3] for r in g] for g in group_runs(runs, {0: True, 1: False})]
+    >>> runs = [(0, 0, 0, "main"), (1, 0, 1, "body"), (2, 0, 1, "body"), (3, 1, 0, "main"), (4, 1, 1, "body")]
+    >>> [[r[3] for r in g] for g in group_runs(runs, {0: True, 1: True})]
+    [['main', 'body', 'body'], ['main', 'body']]
+    >>> same = [(0, 0, 0, "main"), (1, 0, 1, "branch"), (2, 0, 0, "main"), (3, 0, 1, "branch")]
+    >>> [[r[3] for r in g] for g in group_runs(same, {0: True, 1: False})]
     [['main', 'branch'], ['main', 'branch']]
     >>> len(group_runs(runs, {0: False, 1: False}))
-    4
+    5
     """
     if not any(weighted.get(r[2], False) for r in runs):
         return [[r] for r in runs]
-    groups: list[list[tuple]] = []
-    seen: set[int] = set()
+    blocks: list[list[tuple]] = []
     for r in runs:
-        g = r[2]
-        if weighted.get(g, False) and (not groups or g in seen):
-            groups.append([])
-            seen = set()
-        if not groups:
-            groups.append([])
-        groups[-1].append(r)
-        seen.add(g)
+        if not blocks or blocks[-1][-1][1] != r[1]:
+            blocks.append([])
+        blocks[-1].append(r)
+    groups: list[list[tuple]] = []
+    for block in blocks:
+        counts: dict[int, int] = {}
+        for r in block:
+            if weighted.get(r[2], False):
+                counts[r[2]] = counts.get(r[2], 0) + 1
+        if not counts or min(counts.values()) == 1:
+            groups.append(block)
+            continue
+        fewest = min(counts.values())
+        opener = next(r[2] for r in block if counts.get(r[2]) == fewest)
+        start = len(groups)
+        for r in block:
+            if r[2] == opener or len(groups) == start:
+                groups.append([])
+            groups[-1].append(r)
+        if len(groups) > start + fewest:  # runs before the opener's first: they belong to its step
+            groups[start:start + 2] = [groups[start] + groups[start + 1]]
     return groups
 
 

@@ -67,6 +67,17 @@ class RowBuffer(RawRows):
         return self._host[: self._n]
 
 
+class _RunState:
+    """One graph run of a call being recorded: its repetition, what it produced, how its inputs were bound."""
+
+    __slots__ = ("kg", "rep", "first", "start", "sources_done", "produced", "bindings")
+
+    def __init__(self, kg: KernelGraph, rep: int, first: bool, start: int, sources_done: set[str]) -> None:
+        self.kg, self.rep, self.first, self.start, self.sources_done = kg, rep, first, start, sources_done
+        self.produced: dict[tuple[str, str], tuple] = {}
+        self.bindings: dict[str, tuple | None] = {}
+
+
 class RunRecorder:
     """Writes graph runs (one iteration directory of one graph each) into the step in progress."""
 
@@ -82,7 +93,7 @@ class RunRecorder:
         self.problems: list[tuple[str, str]] = []
         #: ``{(node, slot): (path, shape, dtype)}`` of the step in progress
         self.files: dict[tuple[str, str], tuple[str, tuple[int, ...], str]] = {}
-        self._graph_edges: set[int] = set()
+        self._graph_edges: set[tuple[int, int]] = set()
         self._names: dict[tuple[int, str], str] = {}
         self._owner: dict[str, int] = {}
         self._inputs: dict[str, str] = {}
@@ -145,59 +156,107 @@ class RunRecorder:
         """Record the graph runs of one call (a model with control flow runs several kernel graphs: the
         main one and its branches/loop bodies). Each graph's kernels keep their execution order; the graphs
         are interleaved by the kernels' dump timestamps, so a value born in a branch comes before what the
-        main graph computed from it. Returns the number of kernels recorded."""
-        s = self.session
+        main graph computed from it. A graph that runs again in the call (a loop body) names its kernels'
+        nodes ``{kernel}.{k}`` for its k-th repetition. A graph input bound by the control flow (a branch's
+        argument, what a branch hands back) reads the output of the latest earlier run that hands back a
+        tensor of its dtype and shape (:meth:`_bind`). Returns the number of kernels recorded."""
         states = []
         queues = []
+        reps: dict[int, int] = {}
         # a parameter is recorded where the step first uses it: a later graph of the same call (the
         # optimizer's) may dump it after updating it in place
         sources_done: set[str] = set()
         for r, (kg, files) in enumerate(runs):
-            first = kg.graph_id not in self._graph_edges
-            self._graph_edges.add(kg.graph_id)
-            states.append((kg, first, {}, sources_done))
+            rep = reps[kg.graph_id] = reps.get(kg.graph_id, -1) + 1
+            first = (kg.graph_id, rep) not in self._graph_edges
+            self._graph_edges.add((kg.graph_id, rep))
             matched = match_kernel_files(kg, files)
-            queues.append([(int(matched[k.name].get("__ts__", 0)), r, k, matched[k.name])
-                           for k in kg.kernels if k.name in matched])
+            queue = [(int(matched[k.name].get("__ts__", 0)), r, k, matched[k.name])
+                     for k in kg.kernels if k.name in matched]
+            start = min((q[0] for q in queue), default=0)
+            states.append(_RunState(kg, rep, first, start, sources_done))
+            queues.append(queue)
         order = queues[0] if len(queues) == 1 else heapq.merge(*queues, key=lambda item: item[0])
         count = 0
         for _ts, r, k, kfiles in order:
-            kg, first, produced, sources_done = states[r]
-            name = self.node_name(kg, k.name)
-            # parameters, inputs and constants first consumed here execute just before it
-            for slot, src in k.sources.items():
-                if src[0] == "kernel":
-                    continue
-                sname, _ = self._source_name(kg, src, k, slot)
-                if sname not in sources_done and slot in kfiles:
-                    sources_done.add(sname)
-                    snode = self._source_node(kg, src, k, slot)
-                    entry = self._load(kfiles[slot], kfiles.get(f"__dtype__.{slot}", ""), k.device_dtypes.get(slot))
-                    if entry is not None:
-                        self._put(snode, "output.0", entry)
-                        produced[(sname, "output.0")] = entry
-                    self.emit(snode)
-            node = s.node(name, kind="op", op_type=k.op_type, scope=k.scope, section=k.section,
-                          stack=(lambda st=k.stack: list(st)))
-            node.graph = kg.file  # type: ignore[attr-defined]  # the panel's graph filter
-            for slot in sorted((sl for sl in kfiles if not sl.startswith("__")), key=_slot_order):
-                src = k.sources.get(slot)
-                entry = None
-                if src is not None:
-                    pname, pslot = self._source_name(kg, src, k, slot)
-                    entry = produced.get((pname, pslot))
-                    if first:
-                        s.graph.add_edge(pname, name, pslot, slot)
-                if entry is None:
-                    entry = self._load(kfiles[slot], kfiles.get(f"__dtype__.{slot}", ""), k.device_dtypes.get(slot))
-                    if entry is None:
-                        continue
-                self._put(node, slot, entry)
-                if slot.startswith("output"):
-                    produced[(name, slot)] = entry
+            self._record_kernel(states, states[r], k, kfiles)
             count += 1
-            self.emit(node)
         return count
+
+    def _record_kernel(self, states: list[_RunState], st: _RunState, k: Kernel, kfiles: dict[str, str]) -> None:
+        s = self.session
+        kg = st.kg
+        name = self._run_name(st, k.name)
+        # parameters, inputs and constants first consumed here execute just before it
+        for slot, src in k.sources.items():
+            if src[0] in ("kernel", "bound"):
+                continue
+            sname, _ = self._source_name(kg, src, k, slot)
+            if sname not in st.sources_done and slot in kfiles:
+                st.sources_done.add(sname)
+                snode = self._source_node(kg, src, k, slot)
+                entry = self._load(kfiles[slot], kfiles.get(f"__dtype__.{slot}", ""), k.device_dtypes.get(slot))
+                if entry is not None:
+                    self._put(snode, "output.0", entry)
+                    st.produced[(sname, "output.0")] = entry
+                self.emit(snode)
+        node = s.node(name, kind="op", op_type=k.op_type, scope=k.scope, section=k.section,
+                      stack=(lambda stk=k.stack: list(stk)))
+        node.graph = kg.file  # type: ignore[attr-defined]  # the panel's graph filter
+        slots = {sl for sl in kfiles if not sl.startswith("__")}
+        # a bound input is not dumped (MindSpore writes no file for a graph's parameter): its producer's is it
+        slots.update(sl for sl, src in k.sources.items() if src[0] == "bound")
+        for slot in sorted(slots, key=_slot_order):
+            src = k.sources.get(slot)
+            entry = None
+            link = None
+            if src is not None and src[0] == "bound":
+                link = self._bind(states, st, src)
+            elif src is not None:
+                pname, pslot = (self._run_name(st, src[1]), src[2]) if src[0] == "kernel" else \
+                    self._source_name(kg, src, k, slot)
+                link = (pname, pslot, st.produced.get((pname, pslot)))
+            if link is not None:
+                entry = link[2]
+                if st.first or src[0] == "bound":
+                    s.graph.add_edge(link[0], name, link[1], slot)
+            if entry is None:
+                if slot not in kfiles:
+                    continue
+                entry = self._load(kfiles[slot], kfiles.get(f"__dtype__.{slot}", ""), k.device_dtypes.get(slot))
+                if entry is None:
+                    continue
+            self._put(node, slot, entry)
+            if slot.startswith("output"):
+                st.produced[(name, slot)] = entry
+        self.emit(node)
+
+    def _run_name(self, st: _RunState, kernel: str) -> str:
+        name = self.node_name(st.kg, kernel)
+        return f"{name}.{st.rep}" if st.rep else name
+
+    def _bind(self, states: list[_RunState], st: _RunState, src: tuple[str, ...]) -> tuple | None:
+        """``(node, slot, entry)`` a bound graph input reads: among the runs of the call that started before
+        this one, the latest that handed back tensors of the input's dtype and shape; None when that run
+        handed back several (the binding is not certain: no value and no edge are shown) or none did."""
+        idx, dtype, shape = src[1], src[2], tuple(src[3])
+        if idx in st.bindings:
+            return st.bindings[idx]
+        found = None
+        for other in sorted((o for o in states if o is not st and o.start <= st.start), key=lambda o: o.start,
+                            reverse=True):
+            outs = []
+            for ret in other.kg.returns:
+                out = other.bindings.get(ret[1]) if ret[0] == "bound" else \
+                    (self._run_name(other, ret[1]), ret[2], other.produced.get((self._run_name(other, ret[1]), ret[2])))
+                if out is not None and out[2] is not None and out[2][1] == dtype and tuple(out[2][2]) == shape \
+                        and out[:2] not in [o[:2] for o in outs]:
+                    outs.append(out)
+            if outs:
+                found = outs[0] if len(outs) == 1 else None
+                break
+        st.bindings[idx] = found
+        return found
 
     def _load(self, path: str, dtype: str, device: str | None = None) -> tuple | None:
         """Statistics row and handle of one file; None (and a problem naming the file) when unreadable.
