@@ -305,6 +305,16 @@ class Debugger(Reader):
         return self._ctl.wait(timeout)
 
     @property
+    def pausing(self) -> bool:
+        """Whether hits, pause requests and step counts stop training (``False`` while nobody could resume
+        it: a remote process whose notebook stayed away past its pause timeout); terminate always acts."""
+        return self._ctl.pausing
+
+    @pausing.setter
+    def pausing(self, on: bool) -> None:
+        self._ctl.pausing = bool(on)
+
+    @property
     def state(self) -> State:
         """idle, running, paused, finished, terminated or failed."""
         return self._ctl.state

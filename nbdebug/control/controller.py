@@ -83,6 +83,9 @@ class Controller:
         self._next_node = False
         #: True while a thread trains in the foreground under control (:meth:`adopt`), not under run()
         self.adopted = False
+        #: False while nobody could resume a pause (a remote process whose notebook stayed away past its
+        #: pause timeout): hits, pause requests, run_to and step counts no longer stop training
+        self.pausing = True
 
     # -- starting ---------------------------------------------------------------------------------
     def run(self, fn: Callable[..., Any], *args: Any, block: bool = False, paused: bool = False,
@@ -265,7 +268,7 @@ class Controller:
             reason = f"ran to {name}"
         elif self._pause_requested:
             reason = "paused"
-        if reason is not None:
+        if reason is not None and self.pausing:
             self._pause_at(name, reason)
 
     def at_step_end(self, step: int, hits: int = 0) -> None:
@@ -286,7 +289,7 @@ class Controller:
             reason = "paused"
         if reason is None and self._pause_after is not None and step >= self._pause_after:
             reason = f"step {step} done (asked to pause after step {self._pause_after})"
-        if reason is not None:
+        if reason is not None and self.pausing:
             self._pause_at(None, reason, step)
 
     def pause_here(self, reason: str) -> None:

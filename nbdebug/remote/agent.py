@@ -14,7 +14,8 @@ Never in training's way:
   training goes on, and the agent reconnects with backoff (0.5 s doubling to 10 s), sending the
   graph, the statistics window, watchpoints, hits and state again;
 - paused while no notebook is connected, training stays paused at most ``pause_timeout`` seconds
-  (``NBDEBUG_PAUSE_TIMEOUT``, default 300), then continues with a warning;
+  (``NBDEBUG_PAUSE_TIMEOUT``, default 300), then continues with a warning, and nothing pauses it again
+  (hits are still recorded) until a notebook connects;
 - a refused hello (wrong token, other protocol version) is reported once; training continues.
 
 >>> Agent.parse_address("127.0.0.1:5555")
@@ -36,6 +37,7 @@ import zmq
 
 from ..control import State
 from . import protocol as P
+from .monitor_wire import MonitorSender
 from .transport import Pump
 
 PING_S = 1.0
@@ -79,6 +81,7 @@ class Agent:
         self._lock = threading.RLock()  # the key book, the graph delta and the hit steps
         self._book = P.KeyBook()
         self._delta = P.GraphDelta()
+        self._monitor = MonitorSender()  # monitor series named on this connection
         self._hit_steps: set[int] = set()
         self._backoff = BACKOFF[0]
         self._next_try = 0.0
@@ -121,11 +124,16 @@ class Agent:
             return
         with self._lock:
             table = self.dbg.session.steps.get(step)
-            if table is None:
+            mon, mon_frames = self._monitor.part(getattr(self.dbg.session, "monitor", None), step)
+            if table is None and mon is None:
                 return
-            head, frames = P.table_header(table, self._book)
-            msg = {"type": "step", "step": step, "table": head, "graph": self._delta.take(self.dbg.graph),
+            msg = {"type": "step", "step": step, "graph": self._delta.take(self.dbg.graph),
                    "step_index": self.dbg.session.step_index, **self._hits_of({step})}
+            frames: list[Any] = []
+            if table is not None:  # none at level="monitor": the monitor row alone
+                msg["table"], frames = P.table_header(table, self._book)
+            if mon is not None:  # the step's monitor row (monitor_wire.py): its two frames after the table's
+                msg["monitor"], frames = mon, [*frames, *mon_frames]
             self.pump.send(P.encode(msg, frames))
 
     def _on_hit(self, hit: Any) -> None:
@@ -158,8 +166,14 @@ class Agent:
         return {"hits": {"steps": sorted(steps), "records": records}}
 
     def _overflow(self) -> None:
-        self._warn_once("overflow", "the notebook is not keeping up; it will be re-synchronized")
+        """Messages were dropped (a full queue, or a socket that would block): the notebook is slow, or gone.
+        Which one shows next: "not keeping up" is said when it answers again, "stopped answering" when it
+        counts as lost (:data:`LOST_AFTER`) — not "not keeping up" for a notebook that went away."""
+        if self._dropped_at is None:
+            self._dropped_at = time.monotonic()
         self._resync_due = True
+
+    _dropped_at: float | None = None
 
     _resync_due = False
     _terminating = False
@@ -225,6 +239,7 @@ class Agent:
         self._backoff = min(self._backoff * 2, BACKOFF[1])
 
     def _lose(self, why: str) -> None:
+        self._dropped_at = None
         warnings.warn(f"nbdebug: {why}", RuntimeWarning, stacklevel=1)
         now = time.monotonic()
         self._lost_since = now
@@ -240,8 +255,10 @@ class Agent:
             self._lost_since = now
         if now - self._lost_since > self.pause_timeout:
             self._lost_since = now
+            self.dbg.pausing = False  # nobody to resume it: later hits would each wait the timeout again
             warnings.warn(f"nbdebug: paused with no notebook connected for {self.pause_timeout:g} s "
-                          "(NBDEBUG_PAUSE_TIMEOUT); training continues", RuntimeWarning, stacklevel=1)
+                          "(NBDEBUG_PAUSE_TIMEOUT); training continues, and hits no longer pause it until a "
+                          "notebook connects", RuntimeWarning, stacklevel=1)
             try:
                 self.dbg.cont()
             except Exception:  # noqa: BLE001
@@ -254,6 +271,9 @@ class Agent:
             self._warn_once("protocol", f"dropped a malformed message from the notebook: {e}")
             return
         self._last_heard = time.monotonic()
+        if self._dropped_at is not None and self._last_heard - self._dropped_at > PING_S and self.connected:
+            self._dropped_at = None  # it answers after the drop: slow, not gone
+            self._warn_once("overflow", "the notebook is not keeping up; it will be re-synchronized")
         kind = head["type"]
         if kind == "welcome" and self.status == "hello":
             self.status = "connected"
@@ -261,6 +281,7 @@ class Agent:
             self.connects += 1
             self._backoff = BACKOFF[0]
             self._lost_since = None
+            self.dbg.pausing = True  # someone can resume a pause again
             self._job_watches(head.get("watch"))
             self._answered.set()
             self._sync()
@@ -299,6 +320,7 @@ class Agent:
             try:
                 with self._lock:
                     self._book, self._delta = P.KeyBook(), P.GraphDelta()
+                    self._monitor.reset()
                     msgs = [P.encode({"type": "sync", "graph": self._delta.take(dbg.graph),
                                       "watchpoints": [P.watchpoint_record(w)
                                                       for w in list(dbg.watchpoints.watchpoints.values())],

@@ -24,6 +24,7 @@ several processes, control acts on all of them at one step boundary (``pause_all
 
 from __future__ import annotations
 
+import collections
 import itertools
 import secrets
 import threading
@@ -41,6 +42,8 @@ from .source import REQUEST_TIMEOUT, RemoteSource
 from .transport import Pump
 
 LOST_AFTER = 5.0
+#: how many refused hellos :attr:`Listener.refused` keeps (the latest)
+REFUSED_KEPT = 100
 #: seconds a running process one step past a paused one gets to pause there before it counts as past it
 SETTLE_S = 0.5
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -60,7 +63,10 @@ class Listener:
         self.token = token or secrets.token_urlsafe(32)
         self.tensor_budget = int(tensor_budget)
         self.sources: dict[int | str, RemoteSource] = {}
-        self.refused: list[dict[str, Any]] = []  # hellos turned away: {reason, pid, host}
+        #: the latest hellos turned away, {reason, pid, host} (the last REFUSED_KEPT: a flood of strangers
+        #: costs no memory); ``refused_count`` counts them all
+        self.refused: collections.deque[dict[str, Any]] = collections.deque(maxlen=REFUSED_KEPT)
+        self.refused_count = 0
         self.hub = EventHub()  # "state" when a process connects, reconnects, leaves
         self._job: Any = None
         self._lining_up = threading.Lock()
@@ -324,6 +330,7 @@ class Listener:
                 self.hub.emit("state", "bye")
 
     def _refuse(self, ident: bytes, reason: str, head: Mapping[str, Any]) -> None:
+        self.refused_count += 1
         self.refused.append({"reason": reason, "pid": head.get("pid"), "host": head.get("host")})
         self.pump.send_now([ident, *P.encode({"type": "refused", "reason": reason})])
 

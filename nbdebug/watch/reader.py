@@ -81,7 +81,19 @@ class Reader:
     def tensor(self, node: str, slot: str, step: int | str = "current") -> np.ndarray:
         """The retained (or dumped) value as numpy; ``NotRetainedError`` (a ``LookupError``) says why when absent."""
         self._check_step_ran(node, slot, step)
+        self._check_current_ran(node, slot, step)
         return self.session.tensor(node, slot, step)
+
+    def _check_current_ran(self, node: str, slot: str, step: Any) -> None:
+        """Inside a step, "current" of a tensor the step in progress has not computed yet is not the previous
+        step's value under another name: said so (with the step number that reads the previous value)."""
+        s = self.session
+        rec = getattr(s, "recorder", None)
+        if step != "current" or getattr(s, "current_step", None) is not None or rec is None or not len(rec) \
+                or (node, slot) in rec.index or node not in s.graph.nodes:
+            return
+        raise NotRetainedError(f"{node} {slot}: not computed yet in step {s.step_index} (in progress); the value "
+                               f"of step {s.step_index - 1}: tensor({node!r}, {slot!r}, {s.step_index - 1})")
 
     def _check_step_ran(self, node: str, slot: str, step: Any) -> None:
         """A step number that never ran (nor is in the dump) is said to be so, not "not retained"."""
