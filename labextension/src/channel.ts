@@ -47,6 +47,8 @@ export interface IProcessStatus {
   key: string;
   state: string;
   step: number | null;
+  /** the step whose data is shown (the panel header's Step); absent from older kernels */
+  shown_step?: number | null;
   hits: number;
 }
 

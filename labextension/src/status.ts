@@ -5,9 +5,9 @@
  * `nbdebug: 4 processes · 3 running, 1 paused · steps 5–6 · 1 hit`, and `data-state` is the one that needs
  * the user most (failed, then paused, then running); the tooltip lists every process.
  *
- * Steps follow the panel header's convention: paused at a step boundary (after the watchpoints fired on
- * the step that just ended) it names the step whose data is shown — the step of the hits and of the
- * pause reason — and then the step that runs next; otherwise the step in progress.
+ * Steps follow the panel header's convention (one meaning of "step", see `stepParts`): the step whose
+ * data is shown — the header's Step, the step of the hits and of the pause reason — and, when training is
+ * at another one, `step N next` (paused) or `step N running`.
  */
 
 import { Widget } from '@lumino/widgets';
@@ -68,7 +68,8 @@ function describeGroup(group: IProcessStatus[]): string {
     counts.set(p.state, (counts.get(p.state) ?? 0) + 1);
   }
   const states = [...counts].map(([s, n]) => `${n} ${s}`).join(', ');
-  const steps = group.map(p => p.step).filter((s): s is number => s !== null && s !== undefined);
+  const steps = group.map(p => (p.shown_step === undefined ? p.step : p.shown_step))
+    .filter((s): s is number => s !== null && s !== undefined);
   const parts = [`nbdebug: ${group.length} processes`, states];
   if (steps.length) {
     const lo = Math.min(...steps);
@@ -88,20 +89,30 @@ export function describe(status: IStatus | null): string {
   if (group) {
     return describeGroup(group);
   }
-  const parts = [`nbdebug: ${status.state}`];
-  if (status.step !== null && status.step !== undefined) {
-    const shown = status.shown_step;
-    if (status.state === 'paused' && shown !== undefined && shown !== status.step) {
-      if (shown !== null) {
-        parts.push(`step ${shown}`);
-      }
-      parts.push(`step ${status.step} next`);
-    } else {
-      parts.push(`step ${status.step}`);
-    }
-  }
+  const parts = [`nbdebug: ${status.state}`, ...stepParts(status.state, status.step, status.shown_step)];
   parts.push(`${status.hits} hit${status.hits === 1 ? '' : 's'}`);
   return parts.join(' · ');
+}
+
+/**
+ * The step words, with the panel header's one meaning of "step": first the step whose data is shown (the
+ * header's Step, the step of the hits and of the pause reason), then — running or paused, when training is
+ * at another step — `step N running` / `step N next`. Finished after steps 0–2 it reads `step 2`, as the
+ * header does, never the index of a step that did not run.
+ */
+export function stepParts(state: string, step: number | null | undefined, shown: number | null | undefined): string[] {
+  if (step === null || step === undefined) {
+    return [];
+  }
+  if (shown === undefined) {
+    return [`step ${step}`]; // an older kernel: only the step index
+  }
+  const live = state === 'running' || state === 'paused';
+  const out = shown === null ? [] : [`step ${shown}`];
+  if (live && shown !== step) {
+    out.push(`step ${step} ${state === 'paused' ? 'next' : 'running'}`);
+  }
+  return out;
 }
 
 function tooltip(status: IStatus | null): string {
