@@ -99,7 +99,8 @@ def test_job_panel_form_sets_odd_rank_on_the_job():
     for r in range(4):
         s = sessions[r] = Session(framework="none", live=False)
         s.monitor = Monitor()
-        s.monitor.record(0, [("Run", "loss")], np.array([2.0 + 0.01 * r if r != 1 else 2e3]))
+        for step in range(5):  # ODD_RANK judges a series after 3 steps (its MAD floor)
+            s.monitor.record(step, [("Run", "loss")], np.array([2.0 + 0.01 * r if (r, step) != (1, 4) else 2e3]))
     job = Job({r: OfflineSession(s) for r, s in sessions.items()})
     panel = JobPanel(job, loop=None)
     form = panel.panel.watch
@@ -113,6 +114,6 @@ def test_job_panel_form_sets_odd_rank_on_the_job():
     assert made is not None and made.condition == "ODD_RANK" and made.params == {"field": "loss", "z": 4.0}
     assert len(job.odd_rank.watches) == 1 and set(job.odd_rank.watches[0]) == {0, 1, 2, 3}
     assert made is job.odd_rank.watches[0][panel.rank]
-    found = job.odd_rank.check(0)
+    found = job.odd_rank.on_step()
     assert [(rank, h.node, h.slot) for rank, h in found] == [(1, "Run", "loss")]
     assert "ranks' median" in band_text(found[0][1])

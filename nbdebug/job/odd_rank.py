@@ -5,8 +5,12 @@ same registry and hit list as the others) and an :class:`OddRankWatch` in the jo
 every rank has finished it: the ranks' values of each selected series (:mod:`nbdebug.watch.series`) as one
 ranks × series matrix, :func:`~nbdebug.watch.temporal.rank_outliers`. A hit is a record in the odd rank's hit
 list (its ``advice`` gives the other ranks' median and the value) and, when ranks run live, pauses the job.
-Ranks whose session is in this process are read directly; a remote rank's series are not sent over the wire
-yet (such ranks are left out of the comparison).
+Ranks whose session is in this process are read directly; a remote rank's (a listener's process) from its
+mirror session, which gets each step's statistics table and monitor row over the wire
+(:mod:`nbdebug.remote.monitor_wire`). A step is evaluated once every rank has gone past it, over the ranks that
+have a value there (at least 3). The MAD that scales ``|z|`` is never below the median of the series' MADs
+over the previous :data:`POOL` steps (a few ranks' MAD alone is often tiny by chance), and a series is judged
+once :data:`WARM_UP` previous steps gave it a MAD.
 
 >>> import numpy as np
 >>> from nbdebug.session.session import Session
@@ -16,22 +20,58 @@ yet (such ranks are left out of the comparison).
 >>> sessions = [Session(framework="none", live=False) for _ in range(4)]
 >>> for r, s in enumerate(sessions):
 ...     s.monitor = Monitor()
-...     s.monitor.record(0, [("Run", "loss")], np.array([2.0 + 0.01 * r if r != 2 else 2e3]))
+...     for step in range(5):
+...         s.monitor.record(step, [("Run", "loss")], np.array([2.0 + 0.01 * r if (r, step) != (2, 4) else 2e3]))
 >>> job = Job({r: OfflineSession(s) for r, s in enumerate(sessions)})
 >>> _ = job.watch("ODD_RANK", "Run", field="loss")
->>> [(rank, h.step, h.node, h.slot) for rank, h in job.odd_rank.check(0)]
-[(2, 0, 'Run', 'loss')]
+>>> [(rank, h.step, h.node, h.slot) for rank, h in job.odd_rank.on_step()]
+[(2, 4, 'Run', 'loss')]
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
 
 from ..watch.firing import Hit
-from ..watch.series import SeriesReader
+from ..watch.series import SeriesReader, is_monitor_field
 from ..watch.temporal import ADVICE, rank_outliers
+
+#: steps whose across-rank MADs set a series' scale floor, and how many a series needs before it is judged
+POOL, WARM_UP = 20, 3
+
+
+class _Pool:
+    """One watch's per-series ring of across-rank MADs over the previous :data:`POOL` steps."""
+
+    def __init__(self) -> None:
+        self.col: dict[Any, int] = {}
+        self.buf = np.full((POOL, 0), np.nan)
+        self.pos = 0
+
+    def columns(self, keys: list[Any]) -> np.ndarray:
+        new = [k for k in keys if k not in self.col]
+        for k in new:
+            self.col[k] = len(self.col)
+        if new:
+            self.buf = np.concatenate([self.buf, np.full((POOL, len(new)), np.nan)], axis=1)
+        return np.fromiter((self.col[k] for k in keys), np.int64, len(keys))
+
+    def floor(self, cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The median of the kept MADs per series, and how many there are."""
+        past = self.buf[:, cols]
+        n = (~np.isnan(past)).sum(axis=0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            return np.nanmedian(past, axis=0), n
+
+    def push(self, cols: np.ndarray, mad: np.ndarray) -> None:
+        row = np.full(self.buf.shape[1], np.nan)
+        row[cols] = mad
+        self.buf[self.pos] = row
+        self.pos = (self.pos + 1) % POOL
 
 
 class OddRankWatch:
@@ -40,11 +80,13 @@ class OddRankWatch:
     def __init__(self, job: Any) -> None:
         self.job = job
         self.watches: list[dict[Any, Any]] = []
+        self._pools: list[_Pool] = []
         self._readers: dict[int, SeriesReader] = {}
         self.done = -1  # the last step evaluated
 
     def add(self, wps: dict[Any, Any]) -> None:
         self.watches.append(wps)
+        self._pools.append(_Pool())
 
     def _reader(self, rank: Any) -> SeriesReader | None:
         session = getattr(self.job.source(rank), "session", None)
@@ -59,34 +101,41 @@ class OddRankWatch:
         """Evaluate every step all ranks have finished since the last one; returns ``[(rank, hit)]``."""
         if not self.watches:
             return []
+        readers = [self._reader(k) for k in self.job.ranks]
+        if not readers or any(r is None for r in readers):
+            return []
+        fields = {wp.params["field"] for wps in self.watches for wp in wps.values()}
+        upto = min(_latest(r, f) for r in readers for f in fields)
         out: list[tuple[Any, Any]] = []
-        while True:
+        while self.done < upto:
             step = self.done + 1
-            if not all(r is not None and r.has_step(self._field(), step)
-                       for r in (self._reader(k) for k in self.job.ranks)):
-                return out
             out.extend(self.check(step))
             self.done = step
-
-    def _field(self) -> str:
-        return next(iter(self.watches[0].values())).params["field"]
+        return out
 
     def check(self, step: int) -> list[tuple[Any, Any]]:
         """ODD_RANK at ``step``: ``[(rank, hit)]``, each hit also added to that rank's hit list."""
         from ..watch.watchpoints import HitRecord
 
-        ranks = [r for r in self.job.ranks if self._reader(r) is not None]
         out: list[tuple[Any, Any]] = []
-        for wps in self.watches:
+        for wps, pool in zip(self.watches, self._pools, strict=True):
+            field = next(iter(wps.values())).params["field"] if wps else "norm"
+            ranks = [r for r in self.job.ranks if (rd := self._reader(r)) is not None and rd.has_step(field, step)]
             first = wps.get(ranks[0]) if ranks else None
             if first is None or not first.enabled:
                 continue
-            field, z = first.params["field"], first.params["z"]
+            z = first.params["z"]
             keys = self._reader(ranks[0]).keys(first, field, step)
             if not keys:
                 continue
             values = np.stack([self._reader(r).values(step, field, keys) for r in ranks])
-            fired, zs, med = rank_outliers(values, z)
+            cols = pool.columns(keys)
+            floor, seen = pool.floor(cols)
+            fired, zs, med = rank_outliers(values, z, floor * _mad_small(len(ranks)))
+            fired &= seen >= WARM_UP
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                pool.push(cols, np.nanmedian(np.abs(values - med), axis=0))
             for i, j in np.argwhere(fired).tolist():
                 rank, (name, slot) = ranks[i], keys[j]
                 wp = wps.get(rank)
@@ -104,3 +153,24 @@ class OddRankWatch:
                     hub.emit("hit", h)
                 out.append((rank, h))
         return out
+
+
+def _mad_small(n: int) -> float:
+    """Croux & Rousseeuw's small-sample factor of the MAD of ``n`` values (1.4826 × MAD is unbiased only for
+    many): a floor pooled over 4 ranks' MADs is otherwise ~25% low.
+
+    >>> _mad_small(4), round(_mad_small(100), 3)
+    (1.363, 1.008)
+    """
+    table = {2: 1.196, 3: 1.495, 4: 1.363, 5: 1.206, 6: 1.2, 7: 1.14, 8: 1.129, 9: 1.107}
+    return table.get(n, n / (n - 0.8) if n > 9 else 1.0)
+
+
+def _latest(reader: SeriesReader, field: str) -> int:
+    """The last finished step ``reader``'s session has values of ``field`` for (-1: none yet)."""
+    if is_monitor_field(field):
+        mon = reader.monitor
+        return -1 if mon is None or mon.last_step is None else int(mon.last_step)
+    steps = reader.session.steps
+    steps = list(steps)  # a live session adds steps meanwhile
+    return max(steps) if steps else -1

@@ -27,6 +27,7 @@ from ..watch.reader import Reader
 from ..watch.watchpoints import HitRecord, WatchManager, Watchpoint
 from . import protocol as P
 from .mirror import MirrorSession
+from .monitor_wire import MonitorReceiver
 
 #: seconds a request waits for the process to answer
 REQUEST_TIMEOUT = 30.0
@@ -60,6 +61,7 @@ class RemoteSource(Reader):
         self.pause_reason = ""
         self.error: str | None = None
         self._names: dict[int, tuple[str, str, str, Any]] = {}
+        self._monitor = MonitorReceiver()  # the monitor series' names by id on this connection
         self._lock = threading.RLock()
 
     # -- identity -----------------------------------------------------------------------------------
@@ -239,8 +241,13 @@ class RemoteSource(Reader):
                 self._apply_sync(head)
             elif kind == "step":
                 self._apply_graph(head)
-                table = P.read_table(head["table"], frames, self._names)
-                self.session.put_step(int(head["step"]), table)
+                step = int(head["step"])
+                if head.get("monitor") is not None:  # the step's monitor row: the last two frames
+                    self._monitor.apply(head["monitor"], frames[-2:], step, self.session.monitor)
+                if head.get("table") is not None:
+                    self.session.put_step(step, P.read_table(head["table"], frames, self._names))
+                else:  # a step with no statistics (level="monitor")
+                    self.session.step_index = max(self.session.step_index, step + 1)
                 hit = self.apply_hits(head.get("hits"))
                 self.hub.emit("step", int(head["step"]))
                 if hit:
@@ -266,9 +273,11 @@ class RemoteSource(Reader):
     def _apply_sync(self, head: dict[str, Any]) -> None:
         self.session.reset()
         self._names.clear()
+        self._monitor.reset()  # the monitor's rows stay: the run's series go on
         self._apply_graph(head)
         self._replace_watchpoints(head.get("watchpoints", ()))
-        self.watchpoints.hits = [P.read_hit(r) for r in head.get("hits", ())]
+        self.watchpoints.hits = ([h for h in self.watchpoints.hits if h.condition == "ODD_RANK"]  # the job's
+                                 + [P.read_hit(r) for r in head.get("hits", ())])
         self.session.step_index = int(head.get("step_index", self.session.step_index))
         self._ended = None
         self.connected = True
@@ -304,7 +313,8 @@ class RemoteSource(Reader):
         steps = {int(s) for s in rec.get("steps", ())}
         new = [P.read_hit(r) for r in rec.get("records", ())]
         with self._lock:
-            self.watchpoints.hits = [h for h in self.watchpoints.hits if h.step not in steps] + new
+            self.watchpoints.hits = [h for h in self.watchpoints.hits  # ODD_RANK's are the notebook's own
+                                     if h.step not in steps or h.condition == "ODD_RANK"] + new
         return new[-1] if new else None
 
     def _apply_watch(self, result: Mapping[str, Any]) -> Watchpoint:

@@ -1,0 +1,90 @@
+"""A step's monitor row over the wire: the agent adds it to each ``step`` message, the notebook's mirror records it.
+
+The ``step`` message's ``monitor`` part (PROTOCOL.md) is ``{"start", "keys", "rows"}`` and two frames: the
+series' column ids (``<i4``) and their values (``<f4``, the monitor keeps float32). ``keys`` are the
+``[name, field]`` of series new on this connection, ids ``start, start + 1, …`` — a series' name travels once,
+rows then carry integer ids (as the statistics tables' :class:`~nbdebug.remote.protocol.KeyBook`). Only the
+series with a value at that step travel. The receiving side records the row into the mirror session's
+:class:`~nbdebug.session.monitor.Monitor`, so the notebook has every rank's monitor series — what ODD_RANK
+(:mod:`nbdebug.job.odd_rank`), the job timeline and the temporal watchpoints read; a step replayed after a
+reconnect (already recorded) is skipped.
+
+>>> import numpy as np
+>>> from nbdebug.session.monitor import Monitor
+>>> mon, mirror = Monitor(), Monitor()
+>>> send, receive = MonitorSender(), MonitorReceiver()
+>>> for step in range(2):
+...     mon.record(step, [("Run", "loss"), ("Parameter.w", "update_ratio")], np.array([3.0 - step, 1e-3]))
+...     head, frames = send.part(mon, step)
+...     _ = receive.apply(head, frames, step, mirror)
+>>> head["keys"], mirror.value(1, "Run", "loss"), mirror.last_step
+([], 2.0, 1)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from .protocol import ProtocolError, array_frame, frame_array
+
+Key = tuple[str, str]
+
+
+class MonitorSender:
+    """The agent's side: which series this connection has named so far (:meth:`reset` on a new connection)."""
+
+    def __init__(self) -> None:
+        self.sent = 0
+
+    def reset(self) -> None:
+        self.sent = 0
+
+    def part(self, monitor: Any, step: int) -> tuple[dict[str, Any] | None, list[Any]]:
+        """``(header, [ids, values])`` of ``step``'s row, or ``(None, [])`` when the monitor has none."""
+        if monitor is None:
+            return None, []
+        row = monitor.row(step)
+        if not row:
+            return None, []
+        keys = monitor.keys
+        start, self.sent = self.sent, len(keys)
+        col = {k: i for i, k in enumerate(keys)} if start == 0 or len(row) > 64 else None
+        ids = np.fromiter((col[k] if col is not None else keys.index(k) for k in row), "<i4", len(row))
+        values = np.fromiter(row.values(), "<f4", len(row))
+        head = {"start": start, "keys": [[n, f] for n, f in keys[start:]], "rows": len(row)}
+        return head, [array_frame(ids), array_frame(values)]
+
+
+class MonitorReceiver:
+    """The notebook's side: the connection's series names by id (:meth:`reset` when the process re-syncs)."""
+
+    def __init__(self) -> None:
+        self.names: list[Key] = []
+        self._last: tuple[bytes, list[Key]] | None = None  # the previous row's ids and keys (usually the same)
+
+    def reset(self) -> None:
+        self.names, self._last = [], None
+
+    def apply(self, head: Mapping[str, Any], frames: Sequence[Any], step: int, monitor: Any) -> bool:
+        """Record the row into ``monitor``; False when ``step`` is already there (a replay)."""
+        start = int(head.get("start", -1))
+        if start != len(self.names):
+            raise ProtocolError(f"monitor series ids start at {start}, {len(self.names)} known")
+        self.names.extend((str(n), str(f)) for n, f in head.get("keys", ()))
+        n = int(head["rows"])
+        if len(frames) < 2:
+            raise ProtocolError("a monitor row needs two frames (ids, values)")
+        ids = frame_array({"dtype": "<i4", "shape": [n]}, frames[0])
+        values = frame_array({"dtype": "<f4", "shape": [n]}, frames[1])
+        if n and (int(ids.min()) < 0 or int(ids.max()) >= len(self.names)):
+            raise ProtocolError("unknown monitor series id")
+        if monitor.last_step is not None and step <= monitor.last_step:
+            return False
+        raw = ids.tobytes()
+        if self._last is None or self._last[0] != raw:  # the same key list object: Monitor.record's fast path
+            self._last = (raw, [self.names[i] for i in ids.tolist()])
+        monitor.record(step, self._last[1], values)
+        return True
