@@ -232,7 +232,10 @@ class Job:
         for step in [s for s in list(steps) if (rank, s) not in self._cache]:
             self.summary(rank, step)
         if self.odd_rank.watches and self.odd_rank.on_step():  # an odd rank: pause the job like a hit does
-            self.pause()
+            if self.control is None:
+                self.pause()
+            else:  # a listener's: this is its receiving thread, which pause_all's answers need
+                threading.Thread(target=self.pause, name="nbdebug-odd-rank-pause", daemon=True).start()
 
     def overview(self, steps: Iterable[int] | None = None) -> dict[int, dict[int, StepSummary]]:
         """``{step: {rank: StepSummary}}`` over ``steps`` (default: every step)."""
