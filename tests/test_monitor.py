@@ -115,7 +115,7 @@ def test_monitor_level_refuses_tensor_watchpoints_and_dumps_but_controls_steps(t
     dbg = nbdebug.Debugger(model, level="monitor")
     try:
         with pytest.raises(ValueError, match="level='monitor' records none"):
-            dbg.watch("TO")
+            dbg.watch("MAX_GT", value=1.0)  # a tensor condition (TO reads the monitor series, see below)
 
         def train():
             for x in _batches(6):
