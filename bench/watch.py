@@ -13,6 +13,14 @@ What is timed (median of 7 runs, each run evaluating everything once):
   (10,000 firings of two hits each).
 
 Run: ``.venv/bin/python bench/watch.py``; writes ``bench/results/watch.json``.
+
+``--temporal [MODEL ...]`` (issue 20): the watchpoints over time against their level's own cost, on the zoo's
+small models (``bench/zoo.py``) at ``level="monitor"`` with the recommended temporal set (SPIKE on
+grad_norm_total and every update_ratio, STALL on every update_ratio). Per model, ``RUNS`` interleaved runs of
+``STEPS`` steps each of: no debugger, monitor, monitor + the set; reported: the median step times, the level's
+cost (monitor - plain), the step-time ratio (monitor + set) / monitor, and — steadier on a shared machine —
+the time spent in the temporal engine itself per step (``TemporalEngine.check``, timed around the call) as a
+share of the monitor step. Writes ``bench/results/watch_temporal.json``. Target: the set adds <= 2%.
 """
 
 from __future__ import annotations
@@ -172,5 +180,87 @@ def main() -> None:
     print(f"wrote {out}")
 
 
+TEMPORAL_MODELS = ("gpt2", "resnet", "bert")
+TEMPORAL_STEPS, TEMPORAL_RUNS = 30, 5
+
+
+def _temporal_run(wl, mode: str, steps: int) -> tuple[float, float]:
+    """Median step time of ``steps`` steps in ``mode`` (plain / monitor / temporal), and the median time per
+    step spent in the temporal engine (0 unless ``temporal``)."""
+    import nbdebug
+    from nbdebug.watch.recommend import recommended_temporal
+
+    opt = wl.reset()
+    dbg = nbdebug.Debugger(wl.model, level="monitor") if mode != "plain" else None
+    spent: list[float] = []
+    try:
+        if mode == "temporal":
+            for c, p, _t in recommended_temporal():
+                dbg.watch(c, **p)
+            engine = dbg.watchpoints.temporal
+            check = engine.check
+
+            def timed_check(*a, **k):
+                t0 = time.perf_counter()
+                try:
+                    return check(*a, **k)
+                finally:
+                    spent.append(time.perf_counter() - t0)
+            engine.check = timed_check
+        for _ in range(3):  # warm-up
+            wl.step(opt)
+        spent.clear()
+        times = []
+        for _ in range(steps):
+            t0 = time.perf_counter()
+            wl.step(opt)
+            times.append(time.perf_counter() - t0)
+    finally:
+        if dbg is not None:
+            dbg.close()
+    return statistics.median(times), (statistics.median(spent) if spent else 0.0)
+
+
+def temporal_main(models: list[str]) -> dict:
+    import torch
+
+    sys_path = str(Path(__file__).resolve().parent)
+    import sys
+    if sys_path not in sys.path:
+        sys.path.insert(0, sys_path)
+    from zoo import make_zoo_workload
+
+    torch.set_num_threads(1)
+    out: dict = {"steps": TEMPORAL_STEPS, "runs": TEMPORAL_RUNS, "threads": 1, "models": {}}
+    for name in models:
+        wl = make_zoo_workload(name)
+        runs: dict[str, list[float]] = {"plain": [], "monitor": [], "temporal": []}
+        engine: list[float] = []
+        for _ in range(TEMPORAL_RUNS):  # interleaved
+            for mode in runs:
+                t, e = _temporal_run(wl, mode, TEMPORAL_STEPS)
+                runs[mode].append(t)
+                if mode == "temporal":
+                    engine.append(e)
+        med = {m: statistics.median(v) for m, v in runs.items()}
+        row = {f"{m}_ms": round(v * 1e3, 3) for m, v in med.items()}
+        row["level_cost_ms"] = round((med["monitor"] - med["plain"]) * 1e3, 3)
+        row["temporal_ratio"] = round(med["temporal"] / med["monitor"], 4)
+        row["engine_ms_per_step"] = round(statistics.median(engine) * 1e3, 4)
+        row["engine_share_of_monitor_step"] = round(statistics.median(engine) / med["monitor"], 5)
+        out["models"][name] = row
+        print(name, row, flush=True)
+    path = Path(__file__).resolve().parent / "results" / "watch_temporal.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=2) + "\n")
+    print(f"wrote {path}")
+    return out
+
+
 if __name__ == "__main__":
-    main()
+    import sys
+
+    if len(sys.argv) > 1 and sys.argv[1] == "--temporal":
+        temporal_main(sys.argv[2:] or list(TEMPORAL_MODELS))
+    else:
+        main()
