@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch  # noqa: F401 - the job runs torch.distributed in its processes (tests/torch_only.py reads this)
 import zmq  # noqa: F401 - the listener needs ZeroMQ
@@ -127,3 +128,29 @@ def test_job_watch_and_wait_before_the_ranks_connect(listener, tmp_path):
         job.cont()
         until(lambda: proc.poll() is not None, 60, f"the job's end; {_states(listener)}")
         assert proc.returncode == 0, log.read_text()[-3000:]
+
+
+def test_ddp_reduced_gradient_is_its_own_node_and_ge_sees_the_nan_it_brings(listener, tmp_path):
+    gate = tmp_path / "go"
+    gate.write_text("go")
+    job = listener.job
+    job.watch("GE")  # gradients only: rank 0's own gradients are finite; its reduced ones are not
+    with ddp_job(listener, tmp_path, gate) as (proc, log):
+        assert job.wait(120) == {0: "paused", 1: "paused"}, log.read_text()[-3000:]
+        clean = [h for h in job.hits[0] if h.condition == "GE"]
+        assert clean and min(h.step for h in clean) == NAN_STEP, job.hits[0]
+        first = [h for h in clean if h.step == NAN_STEP]
+        assert all(".parameters_grad_reduced." in h.node for h in first), [h.node for h in first]
+        src = job.source(0)
+        until(lambda: _lined_up(listener), 30, f"both ranks at one step boundary; {_states(listener)}")
+        at = src.step_index - 1  # the step both ranks finished last
+        pre = "Module.module.fc2.Linear.parameters_grad.0"
+        reduced = "Module.module.fc2.Linear.parameters_grad_reduced.0"
+        assert reduced in src.graph.nodes and src.graph.nodes[reduced].section == "backward"
+        assert (pre, reduced) in {(e[0], e[1]) for e in src.graph.edges}  # local gradient -> allreduce -> optimizer
+        value = src.tensor(reduced, "weight", at)
+        assert value.shape == (1, 16) and np.isnan(value).any()  # the value rank 0's optimizer stepped with
+        with pytest.raises(nbdebug.NotRetainedError, match="allreduce"):
+            src.tensor(pre, "weight", at)  # its local gradient, overwritten by the allreduce: said so
+        job.terminate()
+        assert proc.wait(60) == 0, log.read_text()[-3000:]

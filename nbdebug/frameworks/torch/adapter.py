@@ -37,6 +37,7 @@ from ..core.calls import module_base, parent_scope
 from ..core.capture import LEVELS, Capture
 from ..core.records import slot_name
 from . import api_names as _names
+from .ddp import ReducedGrads
 from .grad_share import consumers, edge_of, next_sequence_nr, share_hooks
 from .monitor import TorchMonitor
 from .ops import TorchOps, TorchRef
@@ -302,6 +303,7 @@ class TorchAdapter(Capture):
         #: (prefix, api) -> whether the op writes into its first argument (``add_``, ``__iadd__``)
         self._inplace_ops: dict[tuple[str, str], bool] = {}
         self._modes: dict[int, _OpMode] = {}
+        self._reduced = ReducedGrads(self)
         self._module_info: dict[int, tuple[str, str, bool, bool]] = {}
         self._attach(model)
         _LIVE.add(self)
@@ -695,6 +697,8 @@ class TorchAdapter(Capture):
                 with torch._C.DisableTorchFunction():
                     node = self.parameter_gradient(qual, base, scope, local, p.grad)
                 self.emit_node(node)
+            if called:  # under DDP: the reduced gradient too, once the allreduce wrote it
+                self._reduced.note(p, qual, [(b, sc, lo) for _pa, b, sc, lo in called], node.name)
 
         return hook
 

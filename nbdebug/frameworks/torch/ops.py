@@ -160,7 +160,8 @@ class TorchRef:
                 raise NotRetainedError(
                     f"the value was modified in place{by} after it was captured (version {self.version} -> "
                     f"{t._version}) and no copy was kept" + (
-                        " (values the optimizer overwrites are copied only for watched nodes)" if by else ""))
+                        " (values the optimizer overwrites are copied only for watched nodes)"
+                        if by and "allreduce" not in by else ""))
             if t.dtype == torch.bfloat16:
                 t = t.float()
             arr = t.cpu().numpy()
