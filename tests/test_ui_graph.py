@@ -288,16 +288,21 @@ def test_failed_training_marks_the_error_node_and_the_nonfinite_path():
         assert m["error"] == ids[last] and gv.widget.status == "live"
         origin = dbg.first_nonfinite()
         assert origin is not None and m["path"][0] == ids[origin[0]]
-        # the path runs along the data flow from the origin to the latest TO hit it reaches
+        # the path runs along the data flow from the origin to the latest TO hit it reaches: data-flow edges, or
+        # a forward op to its own backward (which computes with the tensors the forward op saved)
         names = [r[0] for r in gv.feed.rows]
+        nodes = dbg.graph.nodes
         assert len(m["path"]) > 1
         for a, b in zip(m["path"], m["path"][1:], strict=False):
-            assert names[b] in dbg.graph.successors(names[a])
+            assert names[b] in dbg.graph.successors(names[a]) or nodes[names[a]].pair == names[b]
+        assert any(nodes[names[i]].section == "forward" for i in m["path"][1:])  # through the forward ops
         end = names[m["path"][-1]]
         assert "TO" in m["badges"][str(m["path"][-1])]
         import networkx as nx
 
-        reached = nx.descendants(dbg.graph.to_networkx(), origin[0])
+        flow = dbg.graph.to_networkx()
+        flow.add_edges_from((n.name, n.pair) for n in dbg.graph if n.section == "forward" and n.pair in nodes)
+        reached = nx.descendants(flow, origin[0])
         assert end == [h.node for h in dbg.hits if h.hits and h.node in reached][-1]
     finally:
         dbg.close()

@@ -90,7 +90,11 @@ def _propagates(graph: Any, origin: str, table: Any, by_node: dict[str, list[int
     while frontier:
         name = frontier.pop()
         slots = _bad_outputs(table, by_node[name], bad)
-        consumers = [dst for dst in graph.successors(name) if dst in by_node and any(
+        node = graph.nodes.get(name)
+        own_backward = node.pair if node is not None and node.section == "forward" else None
+        # a forward node's edge into its own backward (the loss's, when nothing else feeds it) carries no value
+        # the backward computes with: d(loss)/d(loss) = 1 whatever the loss is, so it absorbs nothing
+        consumers = [dst for dst in graph.successors(name) if dst in by_node and dst != own_backward and any(
             s in slots or not s for s, _ in graph.edges[(name, dst)])]
         if not consumers:
             return True
