@@ -42,6 +42,12 @@ export class GraphData {
   /** bumped per scope whenever its index changes (layouts cached against it) */
   version = new Map<string, number>();
   marks: Marks = { badges: new Map(), paused: -1, error: -1, path: [], step: '' };
+  /**
+   * Module call nodes drawn as their own scope: node id → the module's scope key. At `mix` a module's call
+   * (`Module.fc.Linear.forward.0`) and the ops it ran are both recorded; the scope box (closed) or frame
+   * (open) stands for the call — its edges are the box's — and the call is not drawn again beside its ops.
+   */
+  moduleOf = new Map<number, string>();
   private chains = new Map<string, string[]>();
 
   get loaded(): boolean {
@@ -87,6 +93,8 @@ export class GraphData {
 
   /** Scope key of node `id` (its row's scope, or its section root when that scope is unknown). */
   scopeOf(id: number): string {
+    const m = this.moduleOf.get(id);
+    if (m !== undefined) return m;
     const s = this.nodes[id][3];
     if (this.scopes.has(s)) return s;
     const sec = s.includes(':') ? s.slice(0, s.indexOf(':')) : 'forward';
@@ -119,7 +127,23 @@ export class GraphData {
 
   /** The scopes to open so that node `id` is drawn (its chain, outermost first). */
   scopesAround(id: number): string[] {
-    return this.chain(this.scopeOf(id)).slice().reverse();
+    const c = this.chain(this.scopeOf(id)).slice().reverse();
+    return this.moduleOf.has(id) ? c.slice(0, -1) : c; // a module call: its box, closed, stands for it
+  }
+
+  /** The scope and its ancestors (the rows as sent, before the module calls are known). */
+  chainOf(key: string): string[] {
+    const c: string[] = [];
+    let k: string | null = key;
+    while (k !== null && this.scopes.has(k) && !c.includes(k)) {
+      c.push(k);
+      k = this.scopes.get(k)![1];
+    }
+    return c;
+  }
+
+  private findModuleCalls(): void {
+    this.moduleOf = moduleCalls(this);
   }
 
   private rebuild(): void {
@@ -131,6 +155,7 @@ export class GraphData {
       if (!r[1]) r[1] = tail(String(r[0]));
     });
     for (const [k, row] of this.scopes) if (!row[2]) row[2] = tail(k);
+    this.findModuleCalls();
     // make sure every section root and every scope's parent exists
     for (const sec of SECTIONS) {
       const k = `${sec}:`;
@@ -150,7 +175,7 @@ export class GraphData {
     const first = new Map<string, number>();
     for (let i = 0; i < this.nodes.length; i++) {
       nodeScope[i] = this.scopeOf(i);
-      get(nodeScope[i]).nodes.push(i);
+      if (!this.moduleOf.has(i)) get(nodeScope[i]).nodes.push(i);
       const o = Number(this.nodes[i][5]);
       for (const k of this.chain(nodeScope[i])) {
         const f = first.get(k);
@@ -169,11 +194,15 @@ export class GraphData {
       let a = cu.length - 1, b = cv.length - 1;
       while (a > 0 && b > 0 && cu[a - 1] === cv[b - 1]) { a--; b--; }
       const lca = cu[a];
+      // a module call stands as its scope: an edge between it and its own ops is inside the box (not
+      // drawn); any other edge starts or ends at the box, one level up
+      const hu = this.moduleOf.has(u), hv = this.moduleOf.has(v);
+      if ((hu && a === 0) || (hv && b === 0)) continue;
       const childU = a === 0 ? `n${u}` : `s${cu[a - 1]}`;
       const childV = b === 0 ? `n${v}` : `s${cv[b - 1]}`;
       if (childU !== childV) get(lca).edges.set(`${childU}\u0001${childV}`, [childU, childV]);
-      for (let j = 0; j < a; j++) get(cu[j]).outs.add(j === 0 ? `n${u}` : `s${cu[j - 1]}`);
-      for (let j = 0; j < b; j++) get(cv[j]).ins.add(j === 0 ? `n${v}` : `s${cv[j - 1]}`);
+      for (let j = hu ? 1 : 0; j < a; j++) get(cu[j]).outs.add(j === 0 ? `n${u}` : `s${cu[j - 1]}`);
+      for (let j = hv ? 1 : 0; j < b; j++) get(cv[j]).ins.add(j === 0 ? `n${v}` : `s${cv[j - 1]}`);
     }
     // a scope's version changes when what it holds changes
     for (const [k, s] of idx) {
@@ -185,6 +214,31 @@ export class GraphData {
     }
     this.index = idx;
   }
+}
+
+/**
+ * Module call nodes drawn as their scope (see `GraphData.moduleOf`): a `Module.<path>.<Class>.<forward|
+ * backward>.<n>` node that the kernel put in its own module's scope (`"forward:<path with />"`, done when
+ * that scope holds the module's ops), when the scope holds more than the calls.
+ */
+function moduleCalls(g: GraphData): Map<number, string> {
+  const calls = new Map<number, string>();
+  const nCalls = new Map<string, number>();
+  for (let i = 0; i < g.nodes.length; i++) {
+    const k = g.nodes[i][3], name = String(g.nodes[i][0]);
+    if (!name.startsWith('Module.')) continue;
+    const parts = name.split('.');
+    if (parts[0] !== 'Module' || parts.length < 5 || !['forward', 'backward'].includes(parts[parts.length - 2])) continue;
+    const sec = k.slice(0, k.indexOf(':'));
+    if (k.indexOf(':') < 0 || `${sec}:${parts.slice(1, -3).join('/')}` !== k || !g.scopes.has(k)) continue;
+    calls.set(i, k);
+    nCalls.set(k, (nCalls.get(k) ?? 0) + 1);
+  }
+  if (!calls.size) return calls;
+  const held = new Map<string, number>(); // scope → nodes in it, all depths
+  for (let i = 0; i < g.nodes.length; i++) for (const k of g.chainOf(g.nodes[i][3])) held.set(k, (held.get(k) ?? 0) + 1);
+  for (const [i, k] of calls) if ((held.get(k) ?? 0) <= (nCalls.get(k) ?? 0)) calls.delete(i);
+  return calls;
 }
 
 function sameLabels(g: GraphData, o: ScopeIndex, s: ScopeIndex): boolean {

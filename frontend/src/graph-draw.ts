@@ -42,6 +42,8 @@ export function representative(scene: Scene, data: GraphData, id: number): Item 
   if (id < 0 || id >= data.nodes.length) return null;
   const it = scene.byRef.get(`n${id}`);
   if (it) return it;
+  const own = data.moduleOf.get(id); // a module call: its scope, closed or open, stands for it
+  if (own !== undefined && scene.byRef.get(`s${own}`)) return scene.byRef.get(`s${own}`)!;
   for (const k of data.chain(data.scopeOf(id))) {
     const b = scene.byRef.get(`s${k}`);
     if (b) return b.kind === 'box' ? b : null;
@@ -256,6 +258,7 @@ export function draw(ctx: CanvasRenderingContext2D, inp: DrawInput): DrawOutput 
   screen();
   ctx.textBaseline = 'middle';
   const grid = new LabelGrid();
+  const sectionTitles: Rect[] = [];
   const sx = (x: number) => x * k + tx, sy = (y: number) => y * k + ty;
   for (const f of frames) {
     const row = data.scopes.get(f.key);
@@ -267,6 +270,7 @@ export function draw(ctx: CanvasRenderingContext2D, inp: DrawInput): DrawOutput 
       const t: [string, number] = [label, textWidth(label, font)];
       const r = { x: sx(f.x) + 2, y: sy(f.y) - fs - 6, w: t[1], h: fs + 2 };
       if (!grid.tryAdd(r, t[0])) continue;
+      sectionTitles.push(r);
       ctx.font = font;
       ctx.fillStyle = SECTION_EDGE[data.sectionOf(f.key)] ? '#57606a' : '#57606a';
       ctx.fillText(t[0], r.x, r.y + r.h / 2);
@@ -327,21 +331,39 @@ export function draw(ctx: CanvasRenderingContext2D, inp: DrawInput): DrawOutput 
     }
   }
 
-  // 6. badges: condition abbreviations, top-right of the item, readable at any zoom
+  // 6. badges: condition abbreviations, top-right of the item, readable at any zoom. They never cover one
+  // another nor a section's title: a badge that would is folded into the one it meets ("TO +3": three more
+  // marked items there; zoom in to see each), marked / selected items placed first, then in graph order.
   const badges: DrawOutput['badges'] = [];
   ctx.font = 'bold 10px sans-serif';
-  for (const [it, texts] of badgeOf) {
-    if (!visible(it)) continue;
+  const SUFFIX = ctx.measureText(' +999').width; // room kept for the "+n" of folded badges
+  const placed: { it: Item; text: string; x: number; y: number; w: number; h: number; more: number }[] = [];
+  const first = (it: Item) => (it === selected || it === paused || it === error ? 0 : 1);
+  const meets = (a: Rect, b: Rect) => a.x < b.x + b.w && b.x < a.x + a.w && a.y < b.y + b.h && b.y < a.y + a.h;
+  const badgeItems = [...badgeOf.keys()].filter(visible)
+    .sort((a, b) => first(a) - first(b) || a.y - b.y || a.x - b.x);
+  for (const it of badgeItems) {
+    const texts = badgeOf.get(it)!;
     const text = texts.length > 1 && it.kind === 'box' ? `${texts[0]} +${texts.length - 1}` : texts.join(' ');
     const w = ctx.measureText(text).width + 8, h = 14;
-    const x = Math.min(sx(it.x + it.w) - w / 2, W - w), y = sy(it.y) - h / 2;
+    let x = Math.min(sx(it.x + it.w) - w / 2, W - w - SUFFIX), y = sy(it.y) - h / 2;
+    const title = sectionTitles.find(r => meets({ x, y, w: w + SUFFIX, h }, r));
+    if (title) y = title.y + title.h + 1;
+    const room = { x, y, w: w + SUFFIX, h };
+    const other = placed.find(p => meets(room, { x: p.x, y: p.y, w: p.w + SUFFIX, h: p.h }));
+    if (other) { other.more += 1; continue; }
+    placed.push({ it, text, x, y, w, h, more: 0 });
+  }
+  for (const p of placed) {
+    const text = p.more ? `${p.text} +${p.more}` : p.text;
+    const w = ctx.measureText(text).width + 8;
     ctx.fillStyle = '#cf222e';
     ctx.beginPath();
-    ctx.roundRect(x, y, w, h, 7);
+    ctx.roundRect(p.x, p.y, w, p.h, 7);
     ctx.fill();
     ctx.fillStyle = '#ffffff';
-    ctx.fillText(text, x + 4, y + h / 2 + 0.5);
-    badges.push({ x, y, w, h, text, ref: refOf(it) });
+    ctx.fillText(text, p.x + 4, p.y + p.h / 2 + 0.5);
+    badges.push({ x: p.x, y: p.y, w, h: p.h, text, ref: refOf(p.it) });
   }
   return { labels: grid.boxes, badges, ms: performance.now() - t0 };
 }

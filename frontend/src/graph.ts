@@ -22,7 +22,13 @@
  * - `nodeBoxes()`: `{name: box}` of every node drawn; `edgePaths()`: `[{a, b, pts}]` of every edge drawn
  *   (`a`/`b`: node names, or `s<scope key>` / `in:<key>` / `out:<key>` for boxes and ports);
  * - `scopes()`: the keys of the scope boxes and frames drawn; `traits()`: `{expanded, selected, sections}`;
- * - `camera()`: `{k, tx, ty, W, H}` (screen = graph × k + t); `click(x, y)`: a click at canvas px.
+ * - `camera()`: `{k, tx, ty, W, H}` (screen = graph × k + t); `click(x, y)`: a click at canvas px;
+ * - `setFull(on)` / `isFull()`: the full-screen mode (the "Full screen" button; Esc leaves); the grip under
+ *   the canvas resizes the pane (saved in the `height` trait);
+ * - `hiddenModuleCalls()`: module call nodes drawn as their own scope box (GraphData.moduleOf).
+ *
+ * Search matches node names, labels and op types, and aliases (`SEARCH_ALIASES`: "softmax" finds
+ * `scaled_dot_product_attention`); with no match it says so under the box.
  */
 import { WidgetModel } from './model';
 import { SECTIONS } from './graph-data';
@@ -46,6 +52,10 @@ const STYLE = `
 .nbdebug-graph .ng-card td:first-child{color:#57606a;white-space:nowrap}
 .nbdebug-graph .ng-results{position:absolute;z-index:4;background:#fff;border:1px solid #d0d7de;border-radius:4px;max-height:240px;overflow:auto;display:none;box-shadow:0 4px 12px rgba(0,0,0,.12)}
 .nbdebug-graph .ng-results div{padding:2px 8px;cursor:pointer;white-space:nowrap}.nbdebug-graph .ng-results div:hover,.nbdebug-graph .ng-results div.cur{background:#ddf4ff}
+.nbdebug-graph .ng-results div.ng-nomatch{color:#57606a;cursor:default;font-style:italic}
+.nbdebug-graph .ng-grip{height:8px;cursor:ns-resize;background:#f6f8fa;border-top:1px solid #d0d7de}
+.nbdebug-graph .ng-grip:hover{background:#ddf4ff}
+.nbdebug-graph.ng-fullscreen{position:fixed;left:0;top:0;right:0;bottom:0;z-index:10000;border-radius:0;border:none}
 .nbdebug-graph .ng-empty{position:absolute;left:0;right:0;top:40%;text-align:center;color:#57606a}
 `;
 
@@ -95,6 +105,9 @@ class GraphView {
   private pendingCenter: string | null = null;
   private measured = false;
   private userMoved = false;
+  private full = false;
+  private placeholder = document.createElement('div');
+  private dragHeight: number | null = null;
 
   constructor(private model: WidgetModel, private el: HTMLElement) {
     ensureStyle();
@@ -108,9 +121,10 @@ class GraphView {
       <span class="ng-secs"></span>
       <button class="ng-fit" title="Fit the graph to the view">Fit</button>
       <button class="ng-fitsel" title="Centre the selected node">Fit selection</button>
+      <button class="ng-full" title="Full screen (Esc leaves)">Full screen</button>
     </div><div class="ng-stage"><canvas class="ng-main"></canvas><canvas class="ng-mini"></canvas>
       <div class="ng-status"></div><div class="ng-busy">laying out…</div><div class="ng-empty">waiting for the graph…</div>
-      <div class="ng-card"></div></div><div class="ng-results"></div>`;
+      <div class="ng-card"></div></div><div class="ng-grip" title="Drag to resize the graph"></div><div class="ng-results"></div>`;
     el.appendChild(this.root);
     const q = <T extends Element>(s: string) => this.root.querySelector(s) as T;
     this.canvas = q('canvas.ng-main');
@@ -133,6 +147,8 @@ class GraphView {
     }
     q<HTMLButtonElement>('.ng-fit').addEventListener('click', () => this.fit());
     q<HTMLButtonElement>('.ng-fitsel').addEventListener('click', () => this.fitSelection());
+    q<HTMLButtonElement>('.ng-full').addEventListener('click', () => this.setFull(!this.full));
+    this.bindGrip(q<HTMLDivElement>('.ng-grip'));
     this.bindCanvas();
     this.bindSearch();
 
@@ -163,6 +179,7 @@ class GraphView {
   }
 
   destroy(): void {
+    if (this.full) this.setFull(false);
     for (const c of this.cleanups) c();
     window.clearTimeout(this.hoverTimer);
     this.el.textContent = '';
@@ -266,9 +283,57 @@ class GraphView {
     this.resolveReady();
   }
 
+  // ---- pane size: resizable, full screen -----------------------------------------------------------
+  /** Full screen: the graph covers the window (Esc or the button leaves); the view keeps its centre. */
+  setFull(on: boolean): void {
+    if (on === this.full) return;
+    const cx = (this.W / 2 - this.cam.tx) / this.cam.k, cy = (this.H / 2 - this.cam.ty) / this.cam.k;
+    this.full = on;
+    // on the page's body while full: no notebook ancestor (a transform, `contain`) clips a fixed element
+    this.placeholder.style.height = `${this.root.offsetHeight}px`;
+    if (on) this.el.replaceChildren(this.placeholder), document.body.appendChild(this.root);
+    else this.el.replaceChildren(this.root);
+    this.root.classList.toggle('ng-fullscreen', on);
+    (this.root.querySelector('.ng-full') as HTMLElement).classList.toggle('on', on);
+    (this.root.querySelector('.ng-full') as HTMLElement).textContent = on ? 'Leave full screen' : 'Full screen';
+    this.resize();
+    this.cam.tx = this.W / 2 - cx * this.cam.k;
+    this.cam.ty = this.H / 2 - cy * this.cam.k;
+    this.frame();
+  }
+  /** The grip under the canvas: drag to make the pane taller or shorter (saved in the `height` trait). */
+  private bindGrip(grip: HTMLDivElement): void {
+    let y0 = 0, h0 = 0;
+    const move = (e: PointerEvent) => {
+      this.dragHeight = Math.max(160, Math.round(h0 + e.clientY - y0));
+      this.resize();
+    };
+    const up = () => {
+      window.removeEventListener('pointermove', move);
+      window.removeEventListener('pointerup', up);
+      if (this.dragHeight !== null) this.setTrait('height', this.dragHeight);
+      this.dragHeight = null;
+    };
+    grip.addEventListener('pointerdown', e => {
+      e.preventDefault();
+      y0 = e.clientY;
+      h0 = Number(this.trait<number>('height', 420)) || 420;
+      window.addEventListener('pointermove', move);
+      window.addEventListener('pointerup', up);
+    });
+    const esc = (e: KeyboardEvent) => { if (e.key === 'Escape' && this.full) this.setFull(false); };
+    window.addEventListener('keydown', esc);
+    this.cleanups.push(() => window.removeEventListener('keydown', esc));
+    const win = () => { if (this.full) this.resize(); };
+    window.addEventListener('resize', win);
+    this.cleanups.push(() => window.removeEventListener('resize', win));
+  }
+
   // ---- camera -------------------------------------------------------------------------------------
   private resize(): void {
-    const h = Number(this.trait<number>('height', 420)) || 420;
+    const grip = 8;
+    const h = this.full ? window.innerHeight - grip
+      : this.dragHeight ?? (Number(this.trait<number>('height', 420)) || 420);
     const bar = (this.root.querySelector('.ng-bar') as HTMLElement).offsetHeight || 30;
     const H = Math.max(120, h - bar);
     const W = Math.max(120, this.root.clientWidth || this.el.clientWidth || 600);
@@ -591,23 +656,21 @@ class GraphView {
       void this.reveal(this.store.data.nodes[id][0]);
     };
     const render = () => {
-      this.results.innerHTML = matches.map((id, i) => {
+      const q = this.search.value.trim();
+      if (q && !matches.length) {
+        this.results.innerHTML = `<div class="ng-nomatch">no node matches “${esc(q)}” (names, op types)</div>`;
+      } else this.results.innerHTML = matches.map((id, i) => {
         const r = this.store.data.nodes[id];
         return `<div data-i="${i}" class="${i === cur ? 'cur' : ''}">${esc(r[0])} <span style="color:#57606a">${esc(r[4] || r[2])}</span></div>`;
       }).join('');
       const sr = this.search.getBoundingClientRect(), rr = this.root.getBoundingClientRect();
       this.results.style.left = `${sr.left - rr.left}px`;
       this.results.style.top = `${sr.bottom - rr.top + 2}px`;
-      this.results.style.display = matches.length ? 'block' : 'none';
+      this.results.style.display = matches.length || q ? 'block' : 'none';
     };
     this.search.addEventListener('input', () => {
-      const q = this.search.value.trim().toLowerCase();
-      matches = [];
+      matches = searchNodes(this.store.data.nodes, this.search.value, 50);
       cur = 0;
-      if (q) {
-        const nodes = this.store.data.nodes;
-        for (let i = 0; i < nodes.length && matches.length < 50; i++) if (nodes[i][0].toLowerCase().includes(q)) matches.push(i);
-      }
       render();
     });
     this.search.addEventListener('keydown', e => {
@@ -697,12 +760,54 @@ class GraphView {
       frame: () => this.frame(),
       camera: () => ({ ...this.cam, W: this.W, H: this.H }),
       traits: () => ({ expanded: [...this.expanded()], selected: this.trait('selected', ''), sections: this.sections() }),
-      click: (x: number, y: number) => this.clickAt(x, y)
+      click: (x: number, y: number) => this.clickAt(x, y),
+      setFull: (on: boolean) => { this.setFull(on); return Promise.resolve(); },
+      isFull: () => this.full,
+      hiddenModuleCalls: () => [...d().moduleOf.keys()].map(i => d().nodes[i][0])
     };
   }
   private relayoutIdle(): Promise<void> {
     return this.layoutChain.then(() => (this.queued ? this.relayoutIdle() : undefined));
   }
+}
+
+/**
+ * What a search word also means: an op searched by what it computes finds the fused op that does it
+ * (`softmax` finds `scaled_dot_product_attention` in SDPA models, `gelu` a fused GELU, …).
+ */
+export const SEARCH_ALIASES: Record<string, string[]> = {
+  softmax: ['scaled_dot_product_attention', 'sdpa', 'flash_attention', 'efficient_attention', 'attention'],
+  attention: ['scaled_dot_product_attention', 'sdpa', 'attn', 'multi_head_attention'],
+  sdpa: ['scaled_dot_product_attention'],
+  matmul: ['mm', 'bmm', 'addmm', 'linear', 'baddbmm', 'einsum', 'batchmatmul'],
+  layernorm: ['layer_norm', 'native_layer_norm', 'rms_norm'],
+  layer_norm: ['layernorm', 'native_layer_norm', 'rms_norm'],
+  dropout: ['native_dropout', 'dropout_'],
+  relu: ['relu_', 'threshold'],
+  gelu: ['gelu_', 'fast_gelu'],
+  loss: ['cross_entropy', 'nll_loss', 'mse_loss', 'l1_loss', 'binary_cross_entropy'],
+  embedding: ['embedding', 'gather']
+};
+
+/**
+ * Indices of the nodes that match `query` (case-insensitive): in the name, the label or the op type, or an
+ * alias of the word (see `SEARCH_ALIASES`); direct matches first, at most `limit`.
+ */
+export function searchNodes(nodes: string[][] | any[], query: string, limit = 50): number[] {
+  const q = query.trim().toLowerCase();
+  if (!q) return [];
+  const words = [q, ...(SEARCH_ALIASES[q] ?? [])];
+  const hit = (r: any[], ws: string[]) => {
+    const name = String(r[0]).toLowerCase(), label = String(r[1] ?? '').toLowerCase(), op = String(r[4] ?? '').toLowerCase();
+    return ws.some(w => name.includes(w) || label.includes(w) || op.includes(w));
+  };
+  const out: number[] = [];
+  for (let i = 0; i < nodes.length && out.length < limit; i++) if (hit(nodes[i], [q])) out.push(i);
+  if (words.length > 1) {
+    const seen = new Set(out);
+    for (let i = 0; i < nodes.length && out.length < limit; i++) if (!seen.has(i) && hit(nodes[i], words.slice(1))) out.push(i);
+  }
+  return out;
 }
 
 export function renderGraph(model: WidgetModel, el: HTMLElement): () => void {
