@@ -4,10 +4,10 @@
 at attach time:
 
 * PyNative (``mindspore.PYNATIVE_MODE``): Cell hooks and op wrappers —
-  :class:`~nbdebug.frameworks.mindspore.pynative.PyNativeAdapter` (levels L0, L1, mix).
+  :class:`~nbdebug.frameworks.mindspore.pynative.PyNativeAdapter` (levels L0, L1, mix, monitor).
 * GRAPH (``mindspore.GRAPH_MODE``): MindSpore's own kernel-by-kernel dump, read back after every graph
   run — :class:`~nbdebug.frameworks.mindspore.graph_live.GraphAdapter` (kernel level whatever the
-  level asked for).
+  level asked for); ``level="monitor"`` is refused there (a ``ValueError`` naming ``graph_every`` sampling).
 
 Under ``mindspore.train.Model`` pass :class:`StepCallback` so that each training step is a debugger
 step, with ``dataset_sink_mode=False``::
@@ -45,6 +45,13 @@ def MindSporeAdapter(model: Any, level: str, session: Session, *, retain: bool =
     if level not in LEVELS:
         raise ValueError(f"unknown level {level!r}; choose one of {', '.join(LEVELS)}")
     graph_every = check_every(graph_every)
+    if graph_mode() and level == "monitor":
+        raise ValueError(
+            "level='monitor' needs MindSpore's PyNative mode (its per-step norms come from Cell hooks and "
+            "optimizer(grads), which a compiled graph does not run through Python). In GRAPH mode the only "
+            "capture is MindSpore's kernel dump: attach at level 'L1' with graph_every=N to capture every N-th "
+            "graph run (its statistics, with TO and the temporal watchpoints on them), or switch to "
+            "mindspore.set_context(mode=mindspore.PYNATIVE_MODE) for level='monitor'")
     if graph_mode():
         from .graph_live import GraphAdapter
 

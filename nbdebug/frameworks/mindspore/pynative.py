@@ -9,6 +9,7 @@
   and the Primitives held by the model's Cells (``Primitive.conv2d.Conv2D.0.forward``) are wrapped
   while attached; each wrapped call is a node with its backward (``….backward``).
 * mix — both.
+* monitor — no graph, no statistics: the per-step norms of :mod:`~nbdebug.frameworks.mindspore.monitor`.
 
 Parameters are nodes (``Parameter.{name}``); ``optimizer(grads)`` — any ``mindspore.nn.Optimizer``
 holding the model's parameters — is its own section (``Optimizer.SGD.step.0``) and ends the step
@@ -244,7 +245,7 @@ class _OptimizerPatch:
             def __call__(opt, *args, **kwargs):
                 mine = [a for a in self.adapters if a.owns_optimizer(opt)]
                 for a in mine:
-                    a.optimizer_pre(opt)
+                    a.optimizer_pre(opt, *args)
                 try:
                     out = base(opt, *args, **kwargs)
                 except BaseException:
@@ -353,6 +354,14 @@ class PyNativeAdapter(Capture):
 
     # -- attach / detach --------------------------------------------------------------------------
     def _attach(self, model: nn.Cell) -> None:
+        if self.level == "monitor":  # no Cell, parameter or op hooks: the probe's and the optimizer's only
+            from .monitor import MindSporeMonitor
+
+            for qual, p in model.parameters_and_names():
+                self._param_info[id(p)] = (weakref.ref(p), qual, "", "")
+            self.monitor_probe = MindSporeMonitor(self, model, _grad_recording)
+            _OPT.install(self)
+            return
         want_cells = self.level in ("L0", "mix")
         for path, cell in model.cells_and_names():
             if id(cell) in self._cell_info:
@@ -403,6 +412,8 @@ class PyNativeAdapter(Capture):
             except Exception:  # noqa: BLE001 - a tensor hook whose tensor is gone
                 pass
         self._handles = []
+        if self.monitor_probe is not None:
+            self.monitor_probe.close()
         for prim, cls in self._prims:
             prim.__class__ = cls
             _PRIM_INFO.pop(id(prim), None)
@@ -686,8 +697,12 @@ class PyNativeAdapter(Capture):
             known = self._opt_owned[id(opt)] = any(id(p) in self._param_info for p in params)
         return known
 
-    def optimizer_pre(self, opt: Any) -> None:
+    def optimizer_pre(self, opt: Any, grads: Any = None, *args: Any) -> None:
         if not self.capturing:
+            return
+        if self.monitor_probe is not None:
+            self.monitor_probe.optimizer_pre(opt, grads)
+            self.section = "optimizer"
             return
         self.sync()  # parameters and gradients change in place from here on
         self._copy_parameter_views()
@@ -719,4 +734,6 @@ class PyNativeAdapter(Capture):
     def optimizer_post(self, opt: Any) -> None:
         params = [(info[1], p) for p in opt.parameters
                   if (info := self._param_info.get(id(p))) is not None and info[0]() is p]
+        if self.monitor_probe is not None:
+            self.monitor_probe.optimizer_post(opt)
         self.optimizer_done(type(opt).__name__, params)
