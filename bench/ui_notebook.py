@@ -1,6 +1,7 @@
 """The panel as a user meets it, measured in real JupyterLab + Chromium (not kernel-side).
 
-For the quickstart model and a 6-layer GPT-2 (``transformers`` from a config, random weights):
+For the quickstart model, a 6-layer GPT-2 (``transformers`` from a config, random weights) and the same
+GPT-2 after 5,000+ TO hits (a NaN weight, five steps):
 
 * time to first panel: from asking the kernel to run ``dbg.panel()`` to the panel drawn in the page
   (panel root present and its graph drawn), the first panel of a page, then the next ones;
@@ -47,6 +48,22 @@ ids = torch.randint(0, 100, (2, 16))
 for _ in range(2):
     opt.zero_grad(); model(ids, labels=ids).loss.backward(); opt.step()
 print(len(dbg.graph), "nodes")
+"""
+
+# The same GPT-2 after 5,000+ watchpoint hits: one NaN weight, a TO watchpoint, five steps (every later
+# tensor is non-finite, so the hit list, the graph's badges and the snapshot carry thousands of hits).
+MANY_HITS_SETUP = GPT2_SETUP + """\
+dbg.watch("TO")
+with torch.no_grad():
+    model.transformer.h[1].mlp.c_fc.weight[0, 0] = float("nan")
+def train(steps):
+    for _ in range(steps):
+        opt.zero_grad(); model(ids, labels=ids).loss.backward(); opt.step()
+dbg.run(train, 5)
+while dbg.wait(300).value == "paused":
+    dbg.cont()
+from nbdebug.watch.watchpoints import count_hits
+print(count_hits(dbg.hits), "hits")
 """
 
 PANEL_CELL = "p = dbg.panel(); p"
@@ -100,13 +117,16 @@ def measure(server: LabServer, browser: Any, name: str, setup: str, panels: int 
     server.write_notebook(nb, [setup] + [PANEL_CELL] * panels)
     lab = LabPage(server, browser, f"bench-{name}")
     meter = Meter(lab.page)
-    out: dict[str, Any] = {"first_s": None, "next_s": [], "bytes": [], "meta": []}
+    out: dict[str, Any] = {"first_s": None, "next_s": [], "bytes": [], "meta": [], "file": []}
     try:
         lab.open_notebook(nb)
-        lab.run_cell(0, timeout=600)
+        lab.run_cell(0, timeout=900)
+        out["setup_output"] = lab.page.evaluate("""() => window.jupyterapp.shell.currentWidget.content.widgets[0]
+            .node.querySelector('.jp-OutputArea')?.textContent ?? ''""").strip()[-200:]
         lab.command("docmanager:save")
         time.sleep(1.0)
         meta0 = _metadata_bytes(server.root / nb)
+        file0 = (server.root / nb).stat().st_size
         for k in range(panels):
             b0 = meter.bytes
             t0 = time.perf_counter()
@@ -124,6 +144,9 @@ def measure(server: LabServer, browser: Any, name: str, setup: str, panels: int 
             meta = _metadata_bytes(server.root / nb)
             out["meta"].append(meta - meta0)
             meta0 = meta
+            size = (server.root / nb).stat().st_size  # widget state and the outputs (the panel's snapshot)
+            out["file"].append(size - file0)
+            file0 = size
         lab.screenshot(f"bench-{name}")
         out["errors"] = [e for e in lab.errors if "favicon" not in e]
     finally:
@@ -143,7 +166,8 @@ def notebook_metrics(panels: int = 3) -> dict[str, dict[str, Any]]:
             with sync_playwright() as p:
                 browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
                 try:
-                    for name, setup in (("quickstart", QUICKSTART_SETUP), ("gpt2_6layer", GPT2_SETUP)):
+                    for name, setup in (("quickstart", QUICKSTART_SETUP), ("gpt2_6layer", GPT2_SETUP),
+                                        ("gpt2_5000_hits", MANY_HITS_SETUP)):
                         results[name] = measure(server, browser, name, setup, panels)
                 finally:
                     browser.close()
@@ -155,11 +179,16 @@ def notebook_metrics(panels: int = 3) -> dict[str, dict[str, Any]]:
 def report(results: dict[str, dict[str, Any]]) -> None:
     for name, r in results.items():
         nxt = statistics.median(r["next_s"]) if r["next_s"] else float("nan")
+        if r.get("setup_output"):
+            print(f"{name:12s} setup printed: {r['setup_output']!r}")
         print(f"{name:12s} first panel {r['first_s']:.2f} s (target ≤ 2 s); next panels {nxt:.2f} s (≤ 1 s)")
         print(f"{name:12s} websocket per panel {statistics.median(r['bytes']) / 1e6:.3f} MB (≤ 1 MB) "
               f"[{', '.join(f'{b / 1e6:.3f}' for b in r['bytes'])}]")
         print(f"{name:12s} saved metadata per panel {statistics.median(r['meta']) / 1e3:.1f} KB (≤ 300 KB) "
               f"[{', '.join(f'{m / 1e3:.1f}' for m in r['meta'])}]")
+        if r.get("file"):
+            print(f"{name:12s} saved notebook per panel {statistics.median(r['file']) / 1e3:.1f} KB (≤ 300 KB) "
+                  f"[{', '.join(f'{m / 1e3:.1f}' for m in r['file'])}]")
         if r.get("errors"):
             print(f"{name:12s} page errors: {r['errors'][:3]}")
 

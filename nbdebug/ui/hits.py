@@ -34,6 +34,7 @@ from collections.abc import Callable
 from typing import Any
 
 import ipywidgets as w
+from ipywidgets.widgets.widget_string import HTMLStyle
 
 from ..watch.conditions import Firing
 from ..watch.temporal import ADVICE
@@ -42,7 +43,7 @@ from ..watch.watchpoints import count_hits
 #: groups (node and condition) on one page of the hit list
 PAGE_GROUPS = 10
 #: records listed under a group's header (the header counts them all)
-ROWS_PER_GROUP = 4
+ROWS_PER_GROUP = 2
 #: notices listed (their title counts them all)
 MAX_NOTICES = 20
 MAX_ROWS = PAGE_GROUPS * ROWS_PER_GROUP
@@ -150,6 +151,20 @@ class HitList:
         self.page = 0
         self._groups: list[tuple[tuple[str, str], list[Any]]] = []
         self._boxes: dict[tuple[str, str], tuple[w.VBox, w.HTML, Any]] = {}  # the shown groups' widgets
+        # one Layout and one style model per kind of element, shared by every row (a model each would be
+        # most of a panel's bytes over the websocket and in a saved notebook)
+        self._layouts = {
+            "select": w.Layout(width="auto", max_width="min(420px, calc(100% - 64px))"),  # View fits beside it
+            "view": w.Layout(width="52px"),
+            "plain": w.Layout(),
+            # flex "0 0 auto": rows keep their height and the list scrolls (they would shrink and overlap)
+            "row": w.Layout(align_items="center", flex_flow="row wrap", flex="0 0 auto"),
+            "group": w.Layout(flex="0 0 auto", border_left="3px solid #cf222e", padding="0 0 0 4px",
+                              margin="0 0 4px 0"),
+            "notice": w.Layout(flex="0 0 auto"),
+        }
+        self._styles = {"button": w.ButtonStyle(), "html": HTMLStyle()}
+        self._shared = {id(x) for x in [*self._layouts.values(), *self._styles.values()]}
         self._empty = w.HTML("<i>no hits</i>")
         self.summary = w.HTML("")
         self.summary.add_class("nbdebug-hit-summary")
@@ -209,7 +224,7 @@ class HitList:
             boxes.append(box)
         for key, (box, _head, _sig) in self._boxes.items():  # groups no longer shown: their widgets go
             if key not in kept:
-                _close(box)
+                _close(box, self._shared)
         self._boxes = kept
         children = boxes or [self._empty]
         if list(self.list.children) != children:
@@ -240,29 +255,28 @@ class HitList:
                 old[1].value = title
             return old[0]
         if old is not None:
-            _close(old[0])
-        head = w.HTML(title)
+            _close(old[0], self._shared)
+        head = w.HTML(title, layout=self._layouts["plain"], style=self._styles["html"])
         head.add_class("nbdebug-hit-group-title")
-        box = w.VBox([head] + [self._row(h) for h in listed],
-                     layout=w.Layout(flex="0 0 auto", border_left="3px solid #cf222e", padding="0 0 0 4px",
-                                     margin="0 0 4px 0"))
+        box = w.VBox([head] + [self._row(h) for h in listed], layout=self._layouts["group"])
         box.add_class("nbdebug-hit-group")
         self._boxes[key] = (box, head, sig)
         return box
 
     def _row(self, h: Any) -> w.HBox:
+        lay, sty = self._layouts, self._styles
         sel = w.Button(description=f"{h.condition} · {h.slot}",  # node: the group's title
                        tooltip=f"watchpoint #{h.watchpoint}: {h.node} {h.slot}, step {h.step} — select the node",
-                       layout=w.Layout(width="auto", max_width="min(420px, calc(100% - 64px))"))  # View fits beside it
+                       layout=lay["select"], style=sty["button"])
         sel.add_class("nbdebug-hit-select")
         sel.on_click(lambda _b: self.on_select(h.node))
-        detail = w.HTML(f"<small style='color:#cf222e'>{html.escape(hit_text(h))}</small>")
+        detail = w.HTML(f"<small style='color:#cf222e'>{html.escape(hit_text(h))}</small>", layout=lay["plain"],
+                        style=sty["html"])
         detail.add_class("nbdebug-hit-detail")
-        view = w.Button(description="View", layout=w.Layout(width="52px"), tooltip="open the tensor view")
+        view = w.Button(description="View", layout=lay["view"], style=sty["button"], tooltip="open the tensor view")
         view.add_class("nbdebug-hit-view")
         view.on_click(lambda _b: self.on_view(h))
-        # flex "0 0 auto": rows keep their height and the list scrolls (they would shrink and overlap)
-        row = w.HBox([sel, view, detail], layout=w.Layout(align_items="center", flex_flow="row wrap", flex="0 0 auto"))
+        row = w.HBox([sel, view, detail], layout=lay["row"])
         row.add_class("nbdebug-hit-row")
         row.add_class("nbdebug-hit-hit")
         return row
@@ -270,7 +284,7 @@ class HitList:
     def _notice(self, h: Any) -> w.HTML:
         text = f"{h.condition} · {h.node} {h.slot} · step {h.step}: {hit_text(h)}"
         row = w.HTML(f"<small style='color:#8c6d1f'>{html.escape(text)}</small>",
-                     layout=w.Layout(flex="0 0 auto"))
+                     layout=self._layouts["notice"], style=self._styles["html"])
         row.add_class("nbdebug-hit-notice")
         row.add_class("nbdebug-hit-unchecked")
         return row
@@ -287,13 +301,13 @@ class HitList:
         return list(self.notice_list.children)
 
 
-def _close(box: w.Widget) -> None:
-    """Close a widget and everything in it (the browser drops their models)."""
+def _close(box: w.Widget, shared: set[int] = frozenset()) -> None:
+    """Close a widget and everything in it (the browser drops their models), but not the ``shared`` models."""
     stack = [box]
     while stack:
         wd = stack.pop()
         stack.extend(getattr(wd, "children", ()))
         for part in (getattr(wd, "layout", None), getattr(wd, "style", None)):  # models of their own
-            if isinstance(part, w.Widget):
+            if isinstance(part, w.Widget) and id(part) not in shared:
                 part.close()
         wd.close()
