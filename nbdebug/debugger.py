@@ -19,14 +19,15 @@ from typing import Any
 import numpy as np
 
 from .control import Controller, EventHub, State
-from .features import feature
+from .features import PanelOwner, feature
 from .frameworks.core import gc_tuning
 from .frameworks.registry import backend_for_model
 from .session.graph import Graph
+from .session.level import Level
 from .session.session import Session
 from .watch.loss_scale import LossScaleTracker
 from .watch.reader import Reader
-from .watch.watchpoints import WatchManager
+from .watch.watchpoints import WatchManager, count_hits
 
 _ATTACHED: dict[int, tuple[weakref.ref, weakref.ref]] = {}  # id(model) -> (model, Debugger)
 #: the watchpoint conditions that read the monitor series (all a level="monitor" Debugger can check)
@@ -87,7 +88,7 @@ def _replay_options(window: Any, budget: Any, on_hit: Any, memory_budget: int) -
     return int(window), memory_budget if budget is None else check_budget(budget)
 
 
-class Debugger(Reader):
+class Debugger(Reader, PanelOwner):
     """A live debugging session on one model.
 
     Parameters
@@ -144,6 +145,7 @@ class Debugger(Reader):
         self.closed = False
         if level not in self.backend.levels:
             raise ValueError(f"unknown level {level!r}; choose one of {', '.join(self.backend.levels)}")
+        self.level = Level(level)
         version, device = self.backend.info(model)
         self.session = Session(framework=self.backend.name, framework_version=version, device=device,
                                memory_budget=memory_budget, stats_window=stats_window)
@@ -182,7 +184,7 @@ class Debugger(Reader):
         self.loss_scale = LossScaleTracker()
         self._ls_probe: Any = None
         if dump_dir is not None or config is not None:
-            if self.level == "monitor":
+            if not self.level.records_tensors:
                 raise ValueError("level='monitor' records no tensors, so it writes no dump: use L0, L1 or mix "
                                  "with dump_dir / config")
             self.dump = feature("attach_dump")(self, dump_dir, task, config)
@@ -217,7 +219,7 @@ class Debugger(Reader):
         new = [h for h in found if (h.watchpoint, h.node, h.slot) not in before]
         for h in new:
             self.hub.emit("hit", h)
-        return sum(1 for h in new if h.hits)
+        return count_hits(new)
 
     def _thread_exit(self) -> None:
         if self._node_sub is not None:
@@ -229,7 +231,7 @@ class Debugger(Reader):
     def watch(self, condition: str, nodes: Any = None, **params: Any) -> Any:
         """As :meth:`Reader.watch`; at ``level="monitor"`` only the conditions over the monitor series
         (temporal: SPIKE, DRIFT, STALL, ODD_RANK) have something to check: any other is a ``ValueError``."""
-        if self.level == "monitor" and str(condition).upper() not in MONITOR_CONDITIONS:
+        if not self.level.records_tensors and str(condition).upper() not in MONITOR_CONDITIONS:
             raise ValueError(f"watchpoint {condition!r} checks tensors, and level='monitor' records none (only the "
                              f"per-step monitor series): use {', '.join(MONITOR_CONDITIONS)} on the series, or "
                              f"attach at level L0, L1 or mix")
@@ -334,8 +336,9 @@ class Debugger(Reader):
         return self._ctl.error
 
     def on(self, event: str, callback: Any) -> Any:
-        """Subscribe to ``state``, ``step``, ``hit``, ``node`` or ``error`` events; returns an unsubscribe
-        function. In a Jupyter kernel callbacks run on the kernel's event loop, at most ~10 per second."""
+        """Subscribe to ``state``, ``step``, ``hit``, ``node`` or ``error`` events; returns a
+        :class:`~nbdebug.session.handle.Handle` (``.remove()``, ``with``, or called). In a Jupyter kernel
+        callbacks run on the kernel's event loop, at most ~10 per second."""
         return self.hub.on(event, callback)
 
     # -- loss scale -------------------------------------------------------------------------------
@@ -457,20 +460,6 @@ class Debugger(Reader):
         """``(steps, values)``: one statistic of one tensor over every finished step (``max``, ``min``,
         ``mean``, ``norm`` or ``nonfinite_count``)."""
         return self.session.timeline(node, slot, field)
-
-    # -- display ----------------------------------------------------------------------------------
-    def panel(self) -> Any:
-        """The notebook panel (graph, nodes, watchpoints, hits, control, tensor view) as a widget."""
-        return feature("panel")(self)
-
-    def export_html(self, path: str | Any) -> Any:
-        """Write one self-contained HTML file (graph, hits, node statistics) that opens with no server."""
-        return feature("export_html")(self, path)
-
-    def _ipython_display_(self) -> None:
-        from IPython.display import display
-
-        display(self.panel())
 
     # -- lifetime ---------------------------------------------------------------------------------
     def close(self) -> None:

@@ -42,3 +42,25 @@ def feature(name: str) -> Any:
     except KeyError:
         raise KeyError(f"no optional feature {name!r}; known: {', '.join(sorted(FEATURES))}") from None
     return getattr(importlib.import_module(module), attr)
+
+
+class PanelOwner:
+    """``panel()``, ``export_html(path)`` and the notebook's display (the panel) of an object the panel
+    reads (a Debugger, an offline session): the ``panel`` and ``export_html`` features, written once.
+
+    >>> hasattr(PanelOwner, "_ipython_display_")
+    True
+    """
+
+    def panel(self) -> Any:
+        """The notebook panel (graph, nodes, watchpoints, hits, tensor view; training control when live)."""
+        return feature("panel")(self)
+
+    def export_html(self, path: Any) -> Any:
+        """Write one self-contained HTML file (graph, hits, node statistics) that opens with no server."""
+        return feature("export_html")(self, path)
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        display(self.panel())

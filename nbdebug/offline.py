@@ -34,12 +34,13 @@ True
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
-from .features import feature
+from .features import PanelOwner, feature
 from .session.dump_session import MAX_PT_BYTES, DumpProblem, DumpSession, TensorFile
 from .session.dump_session import read_tensor_file as read_file_with
 from .session.graph import Graph
@@ -67,7 +68,7 @@ def read_tensor_file(tf: TensorFile) -> np.ndarray:
     return read_file_with(tf, read_framework_file)
 
 
-class OfflineSession(Reader):
+class OfflineSession(Reader, PanelOwner):
     """A dump loaded for analysis: graph, per-step statistics, tensors on demand, watchpoints and hits.
 
     Its reading and watchpoint methods are :class:`~nbdebug.watch.reader.Reader`'s, as a live Debugger's.
@@ -142,7 +143,10 @@ class OfflineSession(Reader):
 
     @property
     def step_index(self) -> int:
-        """The step that ``"current"`` means (the last step unless :meth:`goto` chose another)."""
+        """Deprecated: the step ``"current"`` means (:attr:`current_step`; the last step unless :meth:`goto`
+        chose another). A dump has no step in progress; this old name kept its offline meaning."""
+        warnings.warn("an offline session's step_index is current_step (the step in progress is "
+                      "session.step_index)", DeprecationWarning, stacklevel=2)
         return self.current_step
 
     @property
@@ -164,23 +168,10 @@ class OfflineSession(Reader):
     def _default_recheck_steps(self) -> list[int]:
         return self.steps
 
-    def on(self, event: str, callback: Callable[[Any], Any]) -> Callable[[], None]:
-        """Subscribe to ``hit`` and ``step`` (from :meth:`goto`) events; returns an unsubscribe function."""
+    def on(self, event: str, callback: Callable[[Any], Any]) -> Any:
+        """Subscribe to ``hit`` and ``step`` (from :meth:`goto`) events; returns a
+        :class:`~nbdebug.session.handle.Handle` (``.remove()``, ``with``, or called)."""
         return self.hub.on(event, callback)
-
-    # -- display --------------------------------------------------------------------------------------
-    def panel(self) -> Any:
-        """The notebook panel (graph, nodes, watchpoints, hits, tensor view) over this dump."""
-        return feature("panel")(self)
-
-    def export_html(self, path: str | Any) -> Any:
-        """Write one self-contained HTML file (graph, hits, node statistics) that opens with no server."""
-        return feature("export_html")(self, path)
-
-    def _ipython_display_(self) -> None:
-        from IPython.display import display
-
-        display(self.panel())
 
     def close(self) -> None:
         """Drop cached tensor values."""

@@ -22,6 +22,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..session.handle import Handle
+
 EVENTS = ("state", "step", "hit", "node", "error")
 
 
@@ -45,8 +47,9 @@ class EventHub:
         self._subs: dict[str, list[_Subscription]] = {}
         self._lock = threading.Lock()
 
-    def on(self, event: str, fn: Callable[[Any], Any]) -> Callable[[], None]:
-        """Subscribe ``fn`` to ``event`` (one of :data:`EVENTS`); returns an unsubscribe function."""
+    def on(self, event: str, fn: Callable[[Any], Any]) -> Handle:
+        """Subscribe ``fn`` to ``event`` (one of :data:`EVENTS`); returns its
+        :class:`~nbdebug.session.handle.Handle` (``.remove()``, ``with``, or called to unsubscribe)."""
         if event not in EVENTS:
             raise ValueError(f"unknown event {event!r}; events are {', '.join(EVENTS)}")
         loop: asyncio.AbstractEventLoop | None = None
@@ -70,7 +73,7 @@ class EventHub:
                 if sub in subs:
                     subs.remove(sub)
 
-        return off
+        return Handle(off)
 
     def wanted(self, event: str) -> bool:
         return bool(self._subs.get(event))

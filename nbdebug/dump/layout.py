@@ -1,10 +1,10 @@
 """Which kind of dump a path holds (:func:`detect_layout`) and where its steps and ranks are
-(:func:`find_rank_dirs`).
+(:func:`step_rank_dirs`).
 
 >>> import os, tempfile
 >>> root = tempfile.mkdtemp(); os.makedirs(os.path.join(root, "step0", "rank0"))
 >>> open(os.path.join(root, "step0", "rank0", "dump.json"), "w").close()
->>> detect_layout(root), list(find_rank_dirs(root)[0])
+>>> detect_layout(root), list(step_rank_dirs(root)[0])
 ('msprobe', ['rank0'])
 """
 
@@ -48,7 +48,7 @@ def _listdir(path: str) -> list[str]:
         return []
 
 
-def find_rank_dirs(path: str) -> dict[int, dict[str, str]]:
+def step_rank_dirs(path: str) -> dict[int, dict[str, str]]:
     """``{step: {rank label: folder}}`` of an msProbe-layout dump (``rank0``/``proc123`` labels)."""
     if os.path.isfile(path):  # a dump.json
         d = os.path.dirname(os.path.abspath(path))
@@ -64,7 +64,7 @@ def find_rank_dirs(path: str) -> dict[int, dict[str, str]]:
         for e in sorted(entries):
             sub = os.path.join(path, e)
             if os.path.isdir(sub) and any(_STEP_RE.match(x) for x in _listdir(sub)):
-                return find_rank_dirs(sub)
+                return step_rank_dirs(sub)
     for step, d in step_dirs:
         ranks = {}
         for e in sorted(_listdir(d)):

@@ -52,10 +52,10 @@ from ..session.stats import FIELDS
 from .builder import Builder
 from .entries import _short, entry_slots
 from .json_read import MAX_JSON_BYTES, require_regular
-from .layout import _listdir, _rank_sort_key, detect_layout, find_rank_dirs
+from .layout import _listdir, _rank_sort_key, detect_layout, step_rank_dirs
 from .names import normalize_dtype, parse_name
 
-__all__ = ["load", "detect_layout", "find_rank_dirs", "parse_name", "normalize_dtype", "entry_slots",
+__all__ = ["load", "detect_layout", "step_rank_dirs", "parse_name", "normalize_dtype", "entry_slots",
            "require_regular", "MAX_JSON_BYTES", "EXACT_AUTO_BYTES"]
 
 _NPY_PREFIX_RE = re.compile(r"^(\d+)[_\-.](.*)$")
@@ -189,7 +189,7 @@ def _load(path: str, layout: str, rank: int | str | None, steps: Iterable[int] |
         _load_npy_dir(path, session, problems, report)
         session.framework = "numpy"
     else:
-        found = find_rank_dirs(path)
+        found = step_rank_dirs(path)
         wanted = None if steps is None else {int(s) for s in steps}
         plan: list[tuple[int, str, str]] = []
         ranks_seen: set[str] = set()

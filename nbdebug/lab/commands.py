@@ -25,6 +25,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ..control import State
+from ..session.steps import current_step
+from ..watch.watchpoints import count_hits
 
 # name -> (states it applies in, action). "step" runs exactly one more training step.
 COMMANDS: dict[str, tuple[tuple[State, ...], Callable[[Any], None]]] = {
@@ -104,14 +106,13 @@ def status(dbg: Any = None) -> dict[str, Any]:
 
 
 def _one_status(dbg: Any) -> dict[str, Any]:
-    idx = int(dbg.step_index)
-    latest = getattr(dbg.session, "latest_step", None)  # the panel header's Step (ui.source.last_step)
-    shown = int(latest()) if callable(latest) else (idx if len(dbg.session.recorder) else idx - 1)
+    idx = int(dbg.session.step_index)
+    shown = current_step(dbg.session)  # the panel header's Step
     return {
         "state": str(dbg.state),
         "step": idx,
         "shown_step": shown if shown >= 0 else None,
-        "hits": sum(1 for h in list(dbg.watchpoints.hits) if h.hits),
+        "hits": count_hits(list(dbg.watchpoints.hits)),
         "current_node": dbg.current_node,
         "reason": dbg.pause_reason,
         "framework": dbg.session.framework,

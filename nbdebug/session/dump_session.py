@@ -93,8 +93,11 @@ class DumpSession(Session):
     ``files[step][(node, slot)]`` says where a tensor's value is; :meth:`tensor` reads it on demand (any
     step, not only the last two). ``estimated[step]`` marks the statistics that are lower bounds (a
     boolean matrix shaped like the step's ``values``); NaN marks unknown ones. ``current_step`` is the
-    step that ``"current"`` means (the last one unless :meth:`OfflineSession.goto` moved it).
+    step that ``"current"`` means (the last one unless :meth:`OfflineSession.goto` moved it); its step
+    numbers may have gaps (``"previous"`` is the dump's step before it).
     """
+
+    contiguous_steps = False
 
     def __init__(self, *, framework: str, framework_version: str = "", device: str = "cpu",
                  cache_items: int = 64, read_file: Callable[[str], np.ndarray] | None = None) -> None:
@@ -129,26 +132,11 @@ class DumpSession(Session):
         self.files[step] = files or {}
         self.estimated[step] = estimated if estimated is not None else np.zeros(table.values.shape, dtype=bool)
         self.step_index = max(self.steps) + 1
-        self.current_step = max(self.steps)
         return table
 
     # -- reading ----------------------------------------------------------------------------------
     def step_list(self) -> list[int]:
         return sorted(self.steps)
-
-    def resolve_step(self, key: tuple[str, str], step: int | str) -> int:
-        if isinstance(step, (int, np.integer)):
-            return int(step)
-        if step not in ("current", "previous"):
-            raise ValueError(f"step must be 'current', 'previous', 'initial' or an int, got {step!r}")
-        steps = self.step_list()
-        if not steps:
-            return -1
-        cur = self.current_step if self.current_step is not None else steps[-1]
-        if step == "current":
-            return cur
-        earlier = [s for s in steps if s < cur]
-        return earlier[-1] if earlier else -1
 
     def table(self, step: int) -> StatsTable:
         if step in self.steps:

@@ -20,9 +20,11 @@ from typing import Any
 import numpy as np
 
 from .graph import Graph, Node
+from .handle import Handle
 from .history import HISTORY_FIELDS, History
 from .monitor import Monitor
 from .stats import FIELDS, STAT_KEYS, StatsTable, row_to_mapping
+from .steps import current_step, resolve_step
 from .store import NotRetainedError, TensorStore
 
 RAW_WIDTH = 9  # max, min, sum, abs_sum, sq_sum, zero, nan, +inf, -inf
@@ -150,7 +152,13 @@ class StepRecorder:
 
 
 class Session:
-    """Graph + per-step statistics + retained values of one debugged run (live or offline)."""
+    """Graph + per-step statistics + retained values of one debugged run (live or offline).
+
+    ``step_index`` is the step in progress; ``current_step`` the step "current" means
+    (:mod:`nbdebug.session.steps` decides both ways)."""
+
+    #: a run numbers its steps from 0 without gaps ("previous" of step k is k-1 even with no record of it)
+    contiguous_steps = True
 
     def __init__(self, *, framework: str, framework_version: str = "", device: str = "cpu",
                  memory_budget: int = 512 * 2**20, live: bool = True, stats_window: int | None = 8) -> None:
@@ -179,8 +187,9 @@ class Session:
         self._watch_pins: frozenset[str] = frozenset()
         #: nodes whose values the user asked to keep (:meth:`keep_values`)
         self.kept: frozenset[str] = frozenset()
-        #: the finished step that "current" means when chosen with :meth:`goto` (None: the latest)
-        self.current_step: int | None = None
+        #: the finished step that "current" means when chosen with :meth:`goto` (None: the latest;
+        #: :func:`~nbdebug.session.steps.current_step` decides)
+        self.chosen_step: int | None = None
         self.recorder = StepRecorder()
         self.order = 0  # execution counter within the step in progress
         self.lock = threading.RLock()
@@ -195,10 +204,12 @@ class Session:
         self._listeners: dict[str, list[Callable[..., Any]]] = {}
 
     # -- events -----------------------------------------------------------------------------------
-    def subscribe(self, event: str, fn: Callable[..., Any]) -> Callable[[], None]:
-        """Call ``fn`` on ``event`` ("node", "step"); returns an unsubscribe function."""
+    def subscribe(self, event: str, fn: Callable[..., Any]) -> Handle:
+        """Call ``fn`` on ``event`` ("node", "step"); returns its :class:`~nbdebug.session.handle.Handle`
+        (``.remove()``, a context manager, and callable as the unsubscribe function it used to be)."""
         self._listeners.setdefault(event, []).append(fn)
-        return lambda: self._listeners.get(event, []).remove(fn) if fn in self._listeners.get(event, []) else None
+        return Handle(lambda: self._listeners.get(event, []).remove(fn) if fn in self._listeners.get(event, [])
+                      else None)
 
     def emit(self, event: str, *args: Any) -> None:
         for fn in list(self._listeners.get(event, ())):
@@ -228,7 +239,7 @@ class Session:
         step is noted in ``node.moved``."""
         if self.store_step != self.step_index:
             if self.live:  # training records again: a step chosen to look at (goto) gives way to it
-                self.current_step = None
+                self.chosen_step = None
             self.store.rotate()
             if self.store_step != self.step_index - 1:  # a step without values in between
                 self.store.rotate()
@@ -341,14 +352,15 @@ class Session:
             return "none yet" if not len(self.recorder) else f"{self.step_index} (in progress)"
         return f"{done[0]}..{done[-1]}" + (f", {self.step_index} (in progress)" if len(self.recorder) else "")
 
+    @property
+    def current_step(self) -> int:
+        """The step "current" means (:func:`~nbdebug.session.steps.current_step`); -1 before any."""
+        return current_step(self)
+
     def latest_step(self) -> int:
         """The step "current" means for the whole session: the one chosen with :meth:`goto`, else the step
         in progress once it recorded something, else the last finished one (-1 before any)."""
-        if self.current_step is not None:
-            return self.current_step
-        if len(self.recorder):
-            return self.step_index
-        return max(self.steps) if self.steps else self.step_index - 1
+        return current_step(self)
 
     def goto(self, step: int) -> None:
         """Make the finished ``step`` the one "current" means (offline reading; not while recording)."""
@@ -356,21 +368,12 @@ class Session:
             raise KeyError(f"no step {step}; steps: {sorted(self.steps)}")
         if len(self.recorder):
             raise RuntimeError("this session is recording a step; it cannot show another one")
-        self.current_step = int(step)
+        self.chosen_step = int(step)
 
     def resolve_step(self, key: tuple[str, str], step: int | str) -> int:
-        """Turn "current" / "previous" / an int into a step index for ``key``."""
-        if isinstance(step, (int, np.integer)):
-            return int(step)
-        if step not in ("current", "previous"):
-            raise ValueError(f"step must be 'current', 'previous' or an int, got {step!r}")
-        if self.current_step is not None:
-            cur = self.current_step
-        else:
-            cur = self.step_index if key in self.recorder.index else self.step_index - 1
-            while cur in self.skipped:  # "current" is the latest captured step (sampled capture)
-                cur -= 1
-        return cur if step == "current" else cur - 1
+        """Turn a step spec (an int, "current", "previous", "initial", "last") into a step index for ``key``
+        (:func:`~nbdebug.session.steps.resolve_step`)."""
+        return resolve_step(self, step, key)
 
     def stats(self, node: str, slot: str, step: int | str = "current",
               fields: Any = None) -> Mapping[str, Any]:

@@ -163,7 +163,7 @@ def stats_rows(src: SourceView) -> list[list[str]]:
 
 def stats_html(src: SourceView) -> str:
     rows = stats_rows(src)
-    bad = ["bad" if any(r[i] not in ("0", "—") for i in (7, 8, 9)) else "" for r in rows]
+    bad = ["bad" if any(r[i] not in ("0", "–") for i in (7, 8, 9)) else "" for r in rows]
     return (f"<h2>Node statistics, step {src.step} ({len(rows)} tensors)</h2>"
             + (_table(STAT_COLUMNS, rows, bad, numeric={4, 5, 6, 7, 8, 9}) if rows
                else "<p class='note'>no statistics captured</p>"))

@@ -55,6 +55,7 @@ from typing import Any
 
 from ..watch.nonfinite import nonfinite_path
 from .layout import node_class, short_label
+from .tensor_math import fmt
 
 SECTIONS = ("forward", "backward", "optimizer")
 ROOTS = tuple(f"{s}:" for s in SECTIONS)
@@ -473,19 +474,13 @@ def marks(source: Any, ids: Mapping[str, int]) -> dict[str, Any]:
 # -- hover card --------------------------------------------------------------------------------------
 
 def fmt_number(v: Any) -> str:
-    """Statistics as the card shows them (6 significant digits; ``None`` for an empty tensor is ``—``).
+    """Statistics as the card shows them: the tables' one formatter (:func:`~nbdebug.ui.tensor_math.fmt`:
+    6 significant digits; ``None`` for an empty tensor is ``–``).
 
     >>> fmt_number(0.38968712), fmt_number(None), fmt_number(float("nan")), fmt_number(3)
-    ('0.389687', '—', 'nan', '3')
+    ('0.389687', '–', 'nan', '3')
     """
-    if v is None:
-        return "—"
-    if isinstance(v, int) and not isinstance(v, bool):
-        return str(v)
-    f = float(v)
-    if math.isnan(f):
-        return "nan"
-    return f"{f:.6g}"
+    return fmt(v)
 
 
 def card(source: Any, name: str, key: str | None = None) -> dict[str, Any]:

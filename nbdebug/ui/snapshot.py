@@ -69,7 +69,7 @@ def _header(src: Any) -> str:
     step = last_step(s)
     fw = f"{getattr(s, 'framework', '?')} {getattr(s, 'framework_version', '')}".strip()
     where = getattr(s, "source_path", None) or (f"PID {getattr(s, 'pid', '?')}" if getattr(s, "live", False) else "")
-    facts = [("Framework", fw), ("State", src.state), ("Step", step if step >= 0 else "—"),
+    facts = [("Framework", fw), ("State", src.state), ("Step", step if step >= 0 else "–"),
              ("Nodes", len(src.graph)), ("Hits", sum(1 for h in src.hits if not h.error and h.hits))]
     if where:
         facts.insert(1, ("Source", where))

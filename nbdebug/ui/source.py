@@ -32,11 +32,14 @@ offline session loaded from a dump has the first group)::
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from ..session.handle import Handle
+from ..session.steps import current_step
 from ..watch.reader import Reader, hit_order
 from ..watch.watchpoints import HitRecord, WatchManager, Watchpoint
 
@@ -63,9 +66,10 @@ class Source(Protocol):
 
 
 def last_step(session: Any) -> int:
-    """The step whose statistics are "current": the step chosen with ``goto``, else the step in progress if
-    it captured anything, else the last finished one (-1 when there is none)."""
-    return session.latest_step()
+    """The step whose statistics are "current" (:func:`nbdebug.session.steps.current_step`): the step chosen
+    with ``goto``, else the step in progress if it captured anything, else the last finished one (-1 when
+    there is none)."""
+    return current_step(session)
 
 
 class SessionSource(Reader):
@@ -88,7 +92,10 @@ class SessionSource(Reader):
 
     @property
     def step_index(self) -> int:
-        """The step "current" means: the last one, unless :meth:`goto` chose another."""
+        """Deprecated: the step "current" means (:attr:`current_step`). An offline source has no step in
+        progress; this old name kept its offline meaning."""
+        warnings.warn("an offline source's step_index is current_step (the step in progress is "
+                      "session.step_index)", DeprecationWarning, stacklevel=2)
         return self.current_step
 
     def goto(self, step: int) -> None:
@@ -184,13 +191,8 @@ class SourceView:
         """The step whose data is shown (the header's "Step", the hits' and pause reasons' step): live, the
         step in progress once it recorded something, else the last finished one (-1 before any);
         offline, the chosen step (:meth:`goto`) or the last one."""
-        s = self.obj.session
-        if self.live:
-            return last_step(s)
-        chosen = getattr(self.obj, "step_index", None)  # an offline session's "current" step
-        if isinstance(chosen, (int, np.integer)) and chosen >= 0:
-            return int(chosen)
-        return max(last_step(s), 0)
+        cur = current_step(self.obj.session)
+        return cur if self.live else max(cur, 0)
 
     @property
     def running_step(self) -> int:
@@ -292,13 +294,14 @@ class SourceView:
             raise RuntimeError(f"{name}: an offline session has no training to control")
         getattr(self.obj, name)(*args, **kwargs)
 
-    def on(self, event: str, callback: Callable[[Any], Any]) -> Callable[[], None]:
-        """Subscribe to the source's events (an offline session may emit ``hit`` and ``step`` too); a no-op
-        for sources without events or without this one."""
+    def on(self, event: str, callback: Callable[[Any], Any]) -> Handle:
+        """Subscribe to the source's events (an offline session may emit ``hit`` and ``step`` too); its
+        :class:`~nbdebug.session.handle.Handle`, an empty one for sources without events or without this one."""
         fn = getattr(self.obj, "on", None)
         if fn is None:
-            return lambda: None
+            return Handle()
         try:
-            return fn(event, callback)
+            got = fn(event, callback)
         except ValueError:  # an event this source does not know
-            return lambda: None
+            return Handle()
+        return got if isinstance(got, Handle) else Handle(got)

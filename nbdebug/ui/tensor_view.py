@@ -21,6 +21,7 @@ from typing import Any
 import ipywidgets as w
 import numpy as np
 
+from ..session.steps import resolve_step
 from .frontend import FrontendWidget
 from .heatmap_data import empty_message, heatmap_message, step_label
 from .hits import hit_text
@@ -217,16 +218,10 @@ class TensorView:
 
     def _resolve(self, step: int | str) -> int | None:
         """The step index that ``step`` ("current", "previous" or an int) stands for here."""
-        if isinstance(step, int | np.integer):
-            return int(step)
-        resolve = getattr(self.source.session, "resolve_step", None)
-        if resolve is not None:
-            try:
-                return int(resolve((self.node, self.slot), step))
-            except (LookupError, ValueError, TypeError):
-                pass
-        cur = int(self.source.step)
-        return cur if step == "current" else cur - 1
+        try:
+            return resolve_step(self.source.session, step, (self.node, self.slot))
+        except (LookupError, ValueError, TypeError, AttributeError):
+            return None
 
     def _load(self, step: int | str) -> tuple[np.ndarray | None, str]:
         try:

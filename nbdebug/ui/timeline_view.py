@@ -184,7 +184,7 @@ class TimelineView:
         """Show the latest step again (live: what training records; offline: the last step)."""
         session = self.source.session
         if self.source.live:
-            session.current_step = None
+            session.chosen_step = None
             self.on_scrub(-1)
         elif session.steps:
             self.on_scrub(max(session.steps))

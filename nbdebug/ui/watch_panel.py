@@ -29,6 +29,7 @@ import ipywidgets as w
 from ..watch.conditions import CATEGORIES, CONDITIONS
 from ..watch.registry import TEMPORAL, TEMPORAL_CATEGORY
 from ..watch.validation import SERIES_FIELDS
+from ..watch.watchpoints import count_hits
 from .source import SourceView
 
 _CATEGORY_LABEL = {"tensor": "Tensor check", "weight": "Weight check", "gradient": "Gradient check",
@@ -296,7 +297,7 @@ class WatchPanel:
         except Exception as e:  # noqa: BLE001 - shown to the user
             self.message.value = f"<span style='color:#cf222e'>recheck failed: {html.escape(str(e))}</span>"
             return []
-        n = sum(1 for h in found if h.hits)
+        n = count_hits(found)
         self.message.value = f"recheck: {n} hit{'s' if n != 1 else ''} in the current step"
         self.on_change()
         return found

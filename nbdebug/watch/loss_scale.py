@@ -26,6 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..session.handle import Handle
+
 
 @dataclass(frozen=True)
 class LossScaleRecord:
@@ -120,9 +122,10 @@ class LossScaleTracker:
             out.append((start, last))
         return out
 
-    def watch(self, k: int, callback: Callable[[LossScaleHit], Any]) -> Callable[[], None]:
+    def watch(self, k: int, callback: Callable[[LossScaleHit], Any]) -> Handle:
         """Call ``callback(LossScaleHit)`` whenever overflow has persisted for ``k`` consecutive steps;
-        returns a function that removes the watch."""
+        returns a :class:`~nbdebug.session.handle.Handle` that removes the watch (``.remove()``, ``with``,
+        or called)."""
         if not isinstance(k, int) or k < 1:
             raise ValueError(f"k must be an integer >= 1, got {k!r}")
         with self._lock:
@@ -134,7 +137,7 @@ class LossScaleTracker:
             with self._lock:
                 self._watches.pop(wid, None)
 
-        return remove
+        return Handle(remove)
 
     def clear(self) -> None:
         with self._lock:

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from ..session.steps import current_step, resolve_step
 from ..session.store import NotRetainedError
 from .nonfinite import first_nonfinite
 from .registry import TEMPORAL
@@ -57,20 +58,13 @@ class Reader:
     # -- steps ------------------------------------------------------------------------------------
     @property
     def current_step(self) -> int:
-        """The step ``"current"`` means: the step in progress once it recorded something, else the last
-        finished one (or the one chosen with ``goto``); -1 before any."""
-        return self.session.latest_step()
+        """The step ``"current"`` means (:func:`nbdebug.session.steps.current_step`): the one chosen with
+        ``goto``, else the step in progress once it recorded something, else the last finished one; -1
+        before any."""
+        return current_step(self.session)
 
     def _step_index_of(self, step: int | str) -> int:
-        if isinstance(step, (int, np.integer)) and not isinstance(step, bool):
-            return int(step)
-        cur = self.current_step
-        if step == "current":
-            return cur
-        if step == "previous":
-            earlier = [s for s in self.session.steps if s < cur]
-            return max(earlier) if earlier else cur - 1
-        raise ValueError(f"step must be 'current', 'previous' or an int, got {step!r}")
+        return resolve_step(self.session, step)
 
     # -- reading ----------------------------------------------------------------------------------
     def stats(self, node: str, slot: str, step: int | str = "current", fields: Any = None) -> Mapping[str, Any]:
@@ -89,7 +83,7 @@ class Reader:
         step's value under another name: said so (with the step number that reads the previous value)."""
         s = self.session
         rec = getattr(s, "recorder", None)
-        if step != "current" or getattr(s, "current_step", None) is not None or rec is None or not len(rec) \
+        if step != "current" or getattr(s, "chosen_step", None) is not None or rec is None or not len(rec) \
                 or (node, slot) in rec.index or node not in s.graph.nodes:
             return
         raise NotRetainedError(f"{node} {slot}: not computed yet in step {s.step_index} (in progress); the value "

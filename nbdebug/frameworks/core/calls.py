@@ -211,7 +211,7 @@ class Calls:
     def optimizer_done(self, cls: str, params: list[tuple[str, Any]]) -> None:
         """The model's optimizer ran: its node (none at the monitor level), then the step end unless the user
         marks steps."""
-        if self.capturing and self.level != "monitor":
+        if self.capturing and self.level.records_tensors:
             self.busy = True
             try:
                 with self.ops.quiet():

@@ -21,15 +21,18 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from ...session.handle import Handles
+from ...session.level import LEVELS, Level
 from ...session.session import Session
 from .calls import Calls
 from .monitoring import MonitorRows
 from .recording import Recording
 from .records import flatteners, user_stack
 
-#: ``monitor``: no graph, no statistics tables, no retained values — only the per-step monitor series
-#: (``Session.monitor``), which every other level records too
-LEVELS = ("L0", "L1", "mix", "monitor")
+#: the capture levels (:class:`~nbdebug.session.level.Level`). ``monitor``: no graph, no statistics tables,
+#: no retained values — only the per-step monitor series (``Session.monitor``), which every other level
+#: records too
+__all__ = ["LEVELS", "Capture", "Level"]
 
 
 class Capture(Recording, Calls):
@@ -40,16 +43,16 @@ class Capture(Recording, Calls):
     framework_dir = "/"  # frames under this path are the framework's (left out of node stacks)
 
     def __init__(self, ops: Any, level: str, session: Session, *, retain: bool, retain_copy: bool) -> None:
-        if level not in LEVELS:
-            raise ValueError(f"unknown level {level!r}; choose one of {', '.join(LEVELS)}")
+        self.level = Level(level)  # ValueError naming the levels for an unknown one
         self.ops = ops
-        self.level = level
         self.session = session
         self.capturing = True
         self.busy = False
         self.retain = retain
         self.retain_copy = retain_copy
         self.closed = False
+        #: the framework hook handles (module, parameter, optimizer hooks; per-step tensor hooks)
+        self.hooks = Handles()
         #: optional observer of every completed node with its tensors and call (dump writers):
         #: ``tap(node, [(slot, tensor), ...], (args, kwargs, output) or None)`` on the training thread
         self.tap: Callable[[Any, list[tuple[str, Any]], tuple | None], None] | None = None
@@ -69,7 +72,7 @@ class Capture(Recording, Calls):
         self._module_names: dict[int, tuple[str, str]] = {}  # module key -> (node name base, parent scope)
         #: the framework's monitor probe (``collect() -> (keys, values)`` at each step end), set by the adapter
         self.monitor_probe: Any = None
-        self._monitor_rows = MonitorRows(self.module_prefix, derive=level in ("L0", "mix", "L1"))
+        self._monitor_rows = MonitorRows(self.module_prefix, derive=self.level.records_tensors)
         #: module call node -> the module call node it ran inside (None: the top), kept across steps
         self._parents: dict[str, str | None] = {}
         self.new_step_state()

@@ -38,6 +38,7 @@ try:  # mindspore.common.api is deprecated since 2.9 and says so on stderr when 
 except ImportError:  # pragma: no cover - older MindSpore
     from mindspore.common.api import _pynative_executor
 
+from ...session.level import Level
 from ...session.session import Session
 from ..core.recording import announce
 from ..native_stderr import native_stderr
@@ -231,7 +232,7 @@ class GraphAdapter:
 
     def __init__(self, model: nn.Cell, level: str, session: Session, *, retain: bool = True,
                  graph_every: int = 1) -> None:
-        self.level = level
+        self.level = Level(level)
         self.session = session
         self.model_ref = weakref.ref(model)
         self.model_class = type(model).__name__

@@ -234,7 +234,7 @@ class MindSporeIO:
 
     def begin(self) -> None:
         a = self.adapter
-        if a is not None and hasattr(a, "_threads") and a.level != "L0":
+        if a is not None and hasattr(a, "_threads") and a.level.ops:
             a._threads.add(threading.get_ident())
 
     @staticmethod
@@ -273,7 +273,7 @@ def custom_api_wrapper(get_adapter: Callable[[], Any], func: Callable, prefix: s
 
     def wrapper(*args, **kwargs):
         a = get_adapter()
-        if a is None or a.closed or a.level == "L0" or not a.wants_op():
+        if a is None or a.closed or not a.level.ops or not a.wants_op():
             return func(*args, **kwargs)
         return a.run_op((prefix, api, api, False), func, args, kwargs)
 

@@ -287,7 +287,6 @@ class PyNativeAdapter(Capture):
         self.model_class = type(model).__name__
         self._depth = 0
         self._threads: set[int] = set()
-        self._handles: list[Any] = []
         self._cell_info: dict[int, tuple[str, str, bool]] = {}
         self._owner_local: dict[int, str] = {}  # id(parameter) -> its name in its owning Cell
         self._prims: list[tuple[Any, type]] = []
@@ -368,8 +367,8 @@ class PyNativeAdapter(Capture):
                 continue
             leaf = next(iter(cell.cells()), None) is None
             self._cell_info[id(cell)] = (path, type(cell).__name__, leaf)
-            self._handles.append(cell.register_forward_pre_hook(self._pre_hook(want_cells), with_kwargs=True))
-            self._handles.append(cell.register_forward_hook(self._post_hook(want_cells), with_kwargs=True,
+            self.hooks.add(cell.register_forward_pre_hook(self._pre_hook(want_cells), with_kwargs=True))
+            self.hooks.add(cell.register_forward_hook(self._post_hook(want_cells), with_kwargs=True,
                                                             always_call=True))
         owners: dict[int, tuple[str, str, str]] = {}
         for path, cell in model.cells_and_names():
@@ -382,7 +381,7 @@ class PyNativeAdapter(Capture):
             self._owner_local[id(p)] = local
             if p.requires_grad:
                 self._trainable.add(id(p))
-                self._handles.append(p.register_hook(self._grad_hook(qual, path, cls, local)))
+                self.hooks.add(p.register_hook(self._grad_hook(qual, path, cls, local)))
             else:
                 self.ops.mutable.add(id(p))
             if self.retain:
@@ -406,12 +405,7 @@ class PyNativeAdapter(Capture):
             return
         self.closed = True
         self.capturing = False
-        for h in self._handles:
-            try:
-                h.remove()
-            except Exception:  # noqa: BLE001 - a tensor hook whose tensor is gone
-                pass
-        self._handles = []
+        self.hooks.remove_all(quiet=True)  # a tensor hook whose tensor is gone fails, the rest go
         if self.monitor_probe is not None:
             self.monitor_probe.close()
         for prim, cls in self._prims:

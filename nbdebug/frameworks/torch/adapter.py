@@ -30,7 +30,6 @@ import torch
 import torch.nn.functional as _F
 import torch.optim.optimizer as _optim
 from torch.overrides import TorchFunctionMode
-from torch.utils.hooks import RemovableHandle
 
 from ...session.session import Session
 from ..core.calls import module_base, parent_scope
@@ -297,8 +296,6 @@ class TorchAdapter(Capture):
         self._root_frame = None  # frame of the outermost module call in progress
         self._ok_frame = None  # last op caller frame known to be inside it
         self._disarmed: dict[int, _OpMode] = {}  # thread -> mode left on its stack by an interrupt
-        self._handles: list[RemovableHandle] = []
-        self._step_handles: list[Any] = []
         self._api_cache: dict[Any, tuple[str, str] | None] = {}
         #: (prefix, api) -> whether the op writes into its first argument (``add_``, ``__iadd__``)
         self._inplace_ops: dict[tuple[str, str], bool] = {}
@@ -332,9 +329,7 @@ class TorchAdapter(Capture):
 
     def closing_step(self) -> None:
         self._release_held()
-        for h in self._step_handles:
-            h.remove()
-        self._step_handles = []
+        self.hooks.remove_step()
         self._pop_mode()
         self.ops.pool.trim()
 
@@ -388,8 +383,8 @@ class TorchAdapter(Capture):
         if monitor:  # no module, parameter-gradient or op hooks: the probe's and the optimizer's only
             for qual, p in model.named_parameters():
                 self._param_info[id(p)] = (weakref.ref(p), qual, "", "")
-            self._handles.append(_optim.register_optimizer_step_pre_hook(self._opt_pre))
-            self._handles.append(_optim.register_optimizer_step_post_hook(self._opt_post))
+            self.hooks.add(_optim.register_optimizer_step_pre_hook(self._opt_pre))
+            self.hooks.add(_optim.register_optimizer_step_post_hook(self._opt_post))
             return
         want_modules = self.level in ("L0", "mix")
         for path, mod in model.named_modules(remove_duplicate=False):
@@ -397,9 +392,9 @@ class TorchAdapter(Capture):
                 continue
             leaf = next(iter(mod.children()), None) is None
             self._module_info[id(mod)] = (path, type(mod).__name__, leaf, bool(getattr(mod, "inplace", False)))
-            self._handles.append(mod.register_forward_pre_hook(_eager(self._pre_hook(want_modules)),
+            self.hooks.add(mod.register_forward_pre_hook(_eager(self._pre_hook(want_modules)),
                                                                with_kwargs=True))
-            self._handles.append(mod.register_forward_hook(_eager(self._post_hook(want_modules)), with_kwargs=True,
+            self.hooks.add(mod.register_forward_hook(_eager(self._post_hook(want_modules)), with_kwargs=True,
                                                            always_call=True))
         owners: dict[int, list[tuple[str, str, str]]] = {}  # tied weights have several owners
         for path, mod in model.named_modules():
@@ -413,20 +408,18 @@ class TorchAdapter(Capture):
             path, cls, _local = owners[id(p)][0]
             self._param_info[id(p)] = (weakref.ref(p), qual, path, cls)
             if p.requires_grad:
-                self._handles.append(p.register_post_accumulate_grad_hook(self._grad_hook(qual, owners[id(p)])))
+                self.hooks.add(p.register_post_accumulate_grad_hook(self._grad_hook(qual, owners[id(p)])))
             if self.retain:
                 self.session.store.offer((f"Parameter.{qual}", "output.0"), TorchRef(p, copy=True), "initial")
-        self._handles.append(_optim.register_optimizer_step_pre_hook(self._opt_pre))
-        self._handles.append(_optim.register_optimizer_step_post_hook(self._opt_post))
+        self.hooks.add(_optim.register_optimizer_step_pre_hook(self._opt_pre))
+        self.hooks.add(_optim.register_optimizer_step_post_hook(self._opt_post))
 
     def close(self) -> None:
         if self.closed:
             return
         self.closed = True
         self.capturing = False
-        for h in self._handles + self._step_handles:
-            h.remove()
-        self._handles, self._step_handles = [], []
+        self.hooks.remove_all()
         if self.monitor_probe is not None:
             self.monitor_probe.close()
         self._pop_mode()
@@ -525,7 +518,7 @@ class TorchAdapter(Capture):
                 if grad_fns:
                     hook = self._op_bwd_hook(base + ".backward", node)
                     for gf in grad_fns:
-                        self._step_handles.append(gf.register_hook(hook))
+                        self.hooks.add_step(gf.register_hook(hook))
         finally:
             self.busy = False
         self.emit_node(node, (args, kwargs, out) if self.tap is not None else None)
@@ -648,13 +641,13 @@ class TorchAdapter(Capture):
         roots = []
         for k, t in enumerate(outs):
             grad_in = self._module_grad(name, scope, fwd.name, slot_name("input", k), True)
-            self._step_handles.append(t.register_hook(grad_in))
+            self.hooks.add_step(t.register_hook(grad_in))
             j = position.get(id(t))
             if j is None:
                 roots.append(t.grad_fn)
             elif id(t) not in passed:
                 passed.add(id(t))
-                self._step_handles.append(
+                self.hooks.add_step(
                     t.register_hook(self._module_grad(name, scope, fwd.name, slot_name("output", j), False)))
         edges: dict[tuple, int] = {}
         for j, (t, edge) in enumerate(inputs):
@@ -666,7 +659,7 @@ class TorchAdapter(Capture):
                     self._held.append(self.gradient(name, scope, fwd.name, "module", slot_name("output", j), grad,
                                                     False))
 
-            self._step_handles.extend(share_hooks(consumers(roots, mark, edges), emit))
+            self.hooks.extend_step(share_hooks(consumers(roots, mark, edges), emit))
 
     def _module_grad(self, name, scope, pair, slot, is_input) -> Callable:
         def hook(grad):

@@ -435,7 +435,7 @@ class TorchIO:
     def begin(self) -> None:
         """Start capturing ops on this thread now (msProbe's ``start()`` captures APIs from that point)."""
         push = getattr(self.adapter, "_push_mode", None)
-        if push is not None and self.adapter.level != "L0":
+        if push is not None and self.adapter.level.ops:
             push()
 
 
@@ -449,7 +449,7 @@ def custom_api_wrapper(get_adapter: Callable[[], Any], func: Callable, prefix: s
 
     def wrapper(*args, **kwargs):
         a = get_adapter()
-        if a is None or a.closed or not a.capturing or a.busy or a.level == "L0":
+        if a is None or a.closed or not a.capturing or a.busy or not a.level.ops:
             return func(*args, **kwargs)
         return a.run_op((prefix, api), inner, args, kwargs)
 
