@@ -256,10 +256,10 @@ class HitList:
             return old[0]
         if old is not None:
             _close(old[0], self._shared)
-        head = w.HTML(title, layout=self._layouts["plain"], style=self._styles["html"])
-        head.add_class("nbdebug-hit-group-title")
-        box = w.VBox([head] + [self._row(h) for h in listed], layout=self._layouts["group"])
-        box.add_class("nbdebug-hit-group")
+        head = w.HTML(title, layout=self._layouts["plain"], style=self._styles["html"],
+                      _dom_classes=("nbdebug-hit-group-title",))
+        box = w.VBox([head] + [self._row(h) for h in listed], layout=self._layouts["group"],
+                     _dom_classes=("nbdebug-hit-group",))
         self._boxes[key] = (box, head, sig)
         return box
 
@@ -267,26 +267,22 @@ class HitList:
         lay, sty = self._layouts, self._styles
         sel = w.Button(description=f"{h.condition} · {h.slot}",  # node: the group's title
                        tooltip=f"watchpoint #{h.watchpoint}: {h.node} {h.slot}, step {h.step} — select the node",
-                       layout=lay["select"], style=sty["button"])
-        sel.add_class("nbdebug-hit-select")
+                       layout=lay["select"], style=sty["button"], _dom_classes=("nbdebug-hit-select",))
         sel.on_click(lambda _b: self.on_select(h.node))
         detail = w.HTML(f"<small style='color:#cf222e'>{html.escape(hit_text(h))}</small>", layout=lay["plain"],
-                        style=sty["html"])
-        detail.add_class("nbdebug-hit-detail")
-        view = w.Button(description="View", layout=lay["view"], style=sty["button"], tooltip="open the tensor view")
-        view.add_class("nbdebug-hit-view")
+                        style=sty["html"], _dom_classes=("nbdebug-hit-detail",))
+        view = w.Button(description="View", layout=lay["view"], style=sty["button"], tooltip="open the tensor view",
+                        _dom_classes=("nbdebug-hit-view",))
         view.on_click(lambda _b: self.on_view(h))
-        row = w.HBox([sel, view, detail], layout=lay["row"])
-        row.add_class("nbdebug-hit-row")
-        row.add_class("nbdebug-hit-hit")
+        # classes given at creation: add_class would cost a message per widget over the websocket
+        row = w.HBox([sel, view, detail], layout=lay["row"], _dom_classes=("nbdebug-hit-row", "nbdebug-hit-hit"))
         return row
 
     def _notice(self, h: Any) -> w.HTML:
         text = f"{h.condition} · {h.node} {h.slot} · step {h.step}: {hit_text(h)}"
         row = w.HTML(f"<small style='color:#8c6d1f'>{html.escape(text)}</small>",
-                     layout=self._layouts["notice"], style=self._styles["html"])
-        row.add_class("nbdebug-hit-notice")
-        row.add_class("nbdebug-hit-unchecked")
+                     layout=self._layouts["notice"], style=self._styles["html"],
+                     _dom_classes=("nbdebug-hit-notice", "nbdebug-hit-unchecked"))
         return row
 
     def rows(self) -> list[w.HBox]:
