@@ -106,8 +106,9 @@ def test_replay_is_bitwise_and_leaves_the_live_run_alone(make, level):
     _, tables0, params0 = train(replay_at=None)
     assert all(torch.equal(params[k], params0[k]) for k in params)
     for a, b in zip(tables, tables0, strict=False):
-        if level == "monitor":
-            assert a == b
+        if level == "monitor":  # the same bits (a NaN series value equals itself)
+            assert a.keys() == b.keys()
+            assert all(np.float32(a[k]).view(np.int32) == np.float32(b[k]).view(np.int32) for k in a)
         else:
             assert a.keys == b.keys and np.array_equal(a.values.view(np.int64), b.values.view(np.int64))
 

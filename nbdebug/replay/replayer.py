@@ -57,14 +57,22 @@ def replay(dbg: Any, kept: Kept, level: str = "mix", *, node: str | None = None,
     error = None
     capturing = live_adapter.capturing
     keeper.replaying = True
-    live = kept.state.swap_in(model)
+    live_adapter.capturing = False  # swapping the state in is not a step of the live run
+    try:
+        live = kept.state.swap_in(model)
+    except BaseException:
+        live_adapter.capturing, keeper.replaying = capturing, False
+        raise
     notes: list[str] = []
     adapter = None
+    ls_probe = getattr(dbg, "_ls_probe", None)  # track_loss_scale: scaler.scale() tells the capture's monitor
+    on_scale = getattr(ls_probe, "on_scale", None)
     try:
-        live_adapter.capturing = False
         adapter = dbg.backend.adapter(model, level, session, retain=True)
         adapter.auto_step = False
         adapter.tap = tap
+        if on_scale is not None:
+            ls_probe.on_scale = adapter.note_scaled
         for args, kwargs in kept.calls():
             a, k = rs.fresh_args(args, kwargs)
             outputs.append(rs.output_ref(kept.fn(*a, **k)))
@@ -80,6 +88,8 @@ def replay(dbg: Any, kept: Kept, level: str = "mix", *, node: str | None = None,
                     adapter.close()
         finally:
             live.restore()
+            if on_scale is not None:
+                ls_probe.on_scale = on_scale
             live_adapter.capturing = capturing
             keeper.replaying = False
     notes += kept.state.problems_at_replay

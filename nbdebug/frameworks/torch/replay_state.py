@@ -102,20 +102,33 @@ def _filled(cell: Any) -> bool:
 
 # -- copies -------------------------------------------------------------------------------------------
 class _Copier:
-    """Clones into recycled buffers (same name, shape, dtype and device), counting bytes."""
+    """Copies into recycled buffers (same name, shape, stride, dtype and device; else a fresh ``empty_like``),
+    counting bytes. :meth:`__call__` hands the destination at once; :meth:`flush` fills every destination in
+    one ``torch._foreach_copy_`` (one dispatch, no per-tensor Python loop, no fresh pages once recycled)."""
 
     def __init__(self, recycle: Mapping[str, torch.Tensor] | None) -> None:
         self.recycle = dict(recycle or {})
         self.bytes = 0
+        self.dst: list[torch.Tensor] = []
+        self.src: list[torch.Tensor] = []
 
     def __call__(self, key: str, t: torch.Tensor) -> torch.Tensor:
         t = t.detach()
         self.bytes += t.numel() * t.element_size()
         buf = self.recycle.pop(key, None)
-        if buf is not None and buf.shape == t.shape and buf.dtype == t.dtype and buf.device == t.device \
-                and buf.is_contiguous() and t.is_contiguous():
-            return buf.copy_(t)
-        return t.clone()
+        if buf is None or buf.shape != t.shape or buf.dtype != t.dtype or buf.device != t.device \
+                or buf.stride() != t.stride():
+            buf = torch.empty_like(t)
+            if buf.stride() != t.stride():  # a source that is not dense: copy as it is
+                return t.clone()
+        self.dst.append(buf)
+        self.src.append(t)
+        return buf
+
+    def flush(self) -> None:
+        if self.dst:
+            torch._foreach_copy_(self.dst, self.src)
+        self.dst, self.src = [], []
 
 
 def _walk(value: Any, fn: Callable[[str, torch.Tensor], Any], path: str, problems: list[str]) -> Any:
@@ -196,6 +209,7 @@ class StepState:
     def __init__(self) -> None:
         self.tensors: dict[str, torch.Tensor] = {}  # "param:<name>" / "buffer:<name>" / "opt<i>:..." copies
         self.grads: dict[str, tuple[torch.Tensor, int] | None] = {}
+        self.frozen: dict[str, tuple[torch.Tensor, int]] = {}  # parameters without grad, by reference
         self.optimizers: list[tuple[Any, dict, list[dict]]] = []  # (optimizer, state by param index, groups)
         self.scalers: list[tuple[Any, dict[str, Any]]] = []
         self.schedulers: list[tuple[Any, dict]] = []
@@ -208,6 +222,11 @@ class StepState:
         self.held = 0  # bytes kept alive by reference (gradients)
         self.output: Any = None  # what the live call returned (the loss), by reference
         self.problems_at_replay: list[str] = []  # found while swapping in (gradients changed since)
+
+    def keep_copy(self, cp: _Copier, key: str, t: torch.Tensor) -> torch.Tensor:
+        """A copy of ``t`` (filled at ``cp.flush()``), kept under ``key`` for the next state to recycle."""
+        self.tensors[key] = c = cp(key, t)
+        return c
 
     def recyclable(self) -> dict[str, torch.Tensor]:
         """The copies' buffers, for the next state to copy into (this state is dropped)."""
@@ -255,7 +274,15 @@ class StepState:
             m.training = flag
         for name, p in model.named_parameters():
             live.data.append((p, p.data, (p.grad,)))
-            p.data = self.tensors[f"param:{name}"].clone()
+            if name in self.frozen:
+                t, version = self.frozen[name]
+                if t._version != version:
+                    self.problems_at_replay.append(
+                        f"the frozen parameter {name} (requires_grad=False, kept by reference) was changed in "
+                        f"place after the step started: the replay starts from its later value")
+                p.data = t.clone()
+            else:
+                p.data = self.tensors[f"param:{name}"].clone()
             g = self.grads.get(name)
             if g is None:
                 p.grad = None
@@ -311,7 +338,7 @@ class Live:
 
 def planned_bytes(model: Any, objects: Mapping[str, list[Any]]) -> int:
     """Bytes :func:`keep` will copy for ``model`` and ``objects`` (asked before copying)."""
-    n = sum(p.numel() * p.element_size() for p in model.parameters())
+    n = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
     n += sum(b.numel() * b.element_size() for b in model.buffers())
     for opt in objects.get("optimizers", ()):
         for st in opt.state.values():
@@ -327,12 +354,16 @@ def keep(model: Any, objects: Mapping[str, list[Any]], args: tuple, kwargs: dict
     with torch._C.DisableTorchFunction(), torch.no_grad():
         s.training = [m.training for m in model.modules()]
         for name, p in model.named_parameters():
-            s.tensors[f"param:{name}"] = cp(f"param:{name}", p)
+            if p.requires_grad:
+                s.keep_copy(cp, f"param:{name}", p)
+            else:  # frozen: no step changes it but by hand, which its version counter tells at replay
+                s.frozen[name] = (p.detach(), p._version)
+                s.held += p.numel() * p.element_size()
             g = p.grad
             s.grads[name] = None if g is None else (g, g._version)
             s.held += 0 if g is None else g.numel() * g.element_size()
         for name, b in model.named_buffers():
-            s.tensors[f"buffer:{name}"] = cp(f"buffer:{name}", b)
+            s.keep_copy(cp, f"buffer:{name}", b)
         for i, opt in enumerate(objects.get("optimizers", ())):
             index = {id(p): k for k, p in enumerate(p for g in opt.param_groups for p in g["params"])}
             state = {}
@@ -340,8 +371,8 @@ def keep(model: Any, objects: Mapping[str, list[Any]], args: tuple, kwargs: dict
                 k = index.get(id(p))
                 if k is None:
                     continue
-                state[k] = {n: cp(f"opt{i}:{k}:{n}", v) if isinstance(v, torch.Tensor) else copy.deepcopy(v)
-                            for n, v in st.items()}
+                state[k] = {n: s.keep_copy(cp, f"opt{i}:{k}:{n}", v) if isinstance(v, torch.Tensor)
+                            else copy.deepcopy(v) for n, v in st.items()}
             groups = [{n: copy.deepcopy(v) for n, v in g.items() if n != "params"} for g in opt.param_groups]
             s.optimizers.append((opt, state, groups))
         for sc in objects.get("scalers", ()):
@@ -350,6 +381,7 @@ def keep(model: Any, objects: Mapping[str, list[Any]], args: tuple, kwargs: dict
             s.scalers.append((sc, attrs))
         for sched in objects.get("schedulers", ()):
             s.schedulers.append((sched, _cloned(sched.state_dict())))
+        cp.flush()
         s.rng = rng_state()
         s.args = _walk(args, lambda p, t: clone_tensor(t), "args", s.problems)
         s.kwargs = _walk(kwargs, lambda p, t: clone_tensor(t), "kwargs", s.problems)

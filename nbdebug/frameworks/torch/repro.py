@@ -255,7 +255,10 @@ def _state_tensors(model: Any, state: Any, objects: dict[str, list[Any]], tensor
     """The kept pre-step state as JSON (its tensors into ``tensors``)."""
     out: dict[str, Any] = {"training": state.training, "grads": {}, "optimizers": [], "scalers": []}
     for key, t in state.tensors.items():
-        tensors[key.replace(":", "/", 1)] = t
+        if key.startswith(("param:", "buffer:")):
+            tensors[key.replace(":", "/", 1)] = t
+    for name, (t, _version) in state.frozen.items():
+        tensors[f"param/{name}"] = t
     for name, g in state.grads.items():
         if g is not None:
             tensors[f"grad/{name}"] = g[0]
