@@ -16,8 +16,8 @@ The live GRAPH-mode adapter is :mod:`nbdebug.frameworks.mindspore.graph_live`.
 
 This module is the index of the pieces, one concern each: ``kernel_config`` (arming the dump),
 ``kernel_ir`` (the ``.ir``/``.pb`` text and execution order), ``kernel_graph`` (the kernels of one graph and
-their inputs), ``kernel_files`` (one iteration's ``.npy`` files), ``kernel_recorder`` (graph runs into a
-session) and ``kernel_load`` (a dump on disk, offline).
+their inputs), ``kernel_files`` (one iteration's ``.npy`` files), ``kernel_pairing`` (those files paired
+with the kernels), ``kernel_recorder`` (graph runs into a session) and ``kernel_load`` (a dump on disk, offline).
 
 >>> cfg = dump_config("/tmp/dump")
 >>> cfg["common_dump_settings"]["iteration"], cfg["e2e_dump_settings"]["enable"]
@@ -43,7 +43,6 @@ from .kernel_files import (
                             index_files,
                             index_iteration,
                             load_npy,
-                            match_kernel_files,
                             misdump_reason,
                             parse_dump_name,
                             split_names,
@@ -69,6 +68,7 @@ from .kernel_load import (
                             load_kernel_dump,
                             remove_files,
 )
+from .kernel_pairing import Pairing, match_kernel_files
 from .kernel_recorder import NpyRef, RowBuffer, RunRecorder
 
 __all__ = [
@@ -78,5 +78,5 @@ __all__ = [
     "Kernel", "KernelGraph", "build_kernel_graph", "file_key", "load_kernel_graph", "section_of", "IRGraph", "IRNode",
     "IRParam", "is_optimizer_state", "parse_ir", "parse_pb", "read_execution_order", "KernelDump", "find_rank_dirs",
     "graph_dirs", "graph_ids", "group_runs", "iteration_dirs", "load_kernel_dump", "remove_files", "NpyRef",
-    "RowBuffer", "RunRecorder",
+    "RowBuffer", "RunRecorder", "Pairing",
 ]

@@ -1,6 +1,6 @@
-"""The ``.npy`` files of one iteration of a kernel dump: their names parsed, indexed by kernel, matched to the
-kernels of a :class:`~nbdebug.frameworks.mindspore.kernel_graph.KernelGraph`, split into graph runs, and read
-into statistics rows.
+"""The ``.npy`` files of one iteration of a kernel dump: their names parsed, indexed by kernel, split into graph
+runs, and read into statistics rows (:mod:`~nbdebug.frameworks.mindspore.kernel_pairing` pairs them with the
+kernels of a :class:`~nbdebug.frameworks.mindspore.kernel_graph.KernelGraph`).
 
 >>> parse_dump_name("MatMul.MatMul-op0.0.0.1700000000.output.0.DefaultFormat.float32.npy")
 ('MatMul.MatMul-op0', 'output.0', 1700000000, 'float32')
@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import csv
 import os
-import re
 from collections.abc import Iterable
 
 import numpy as np
 
 from ..core.native import fastats as _fastats  # the optional native kernel (None: numpy is the fallback)
-from ..npy_read import read_npy, read_npy_shape
-from .kernel_graph import Kernel, KernelGraph
+from ..npy_read import read_npy
 
 _NAN_ROW = [float("nan")] * 5 + [0.0] * 4
 _NP_CODES = {np.dtype(np.float32): 0, np.dtype(np.float64): 1, np.dtype(np.float16): 2, np.dtype(np.int8): 4,
@@ -70,73 +68,6 @@ def index_files(iter_dir: str, names: Iterable[str]) -> dict[str, dict[str, str]
             first[key] = ts
             entry["__ts__"] = str(ts)
     return out
-
-
-_OP_INDEX = re.compile(r"-op\d+$")
-
-
-def match_kernel_files(kg: KernelGraph, files: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
-    """``{kernel name: its files}`` for one run.
-
-    The ``-op{N}`` suffix in dump file names is MindSpore's own numbering, not the graph file's and the
-    execution order's (under AMP the graph's ``Cast-op2..op6`` of a scope are dumped as ``Cast-op0..op4``,
-    and where both count ``op0..op5`` they may name different kernels), and the runtime may run independent
-    kernels in another order than the csv. So the kernels of one scope and type are paired with its files
-    by the declared dtype and shape of every slot (from the IR; shapes from the files' headers), ties in
-    execution order against dump (timestamp) order. A file keeps its kernel across runs: the pairing is
-    learnt once per graph (``kg.pairing``).
-    """
-    groups: dict[str, list[Kernel]] = {}
-    for k in kg.kernels:
-        groups.setdefault(_OP_INDEX.sub("", k.file_key), []).append(k)
-    spare: dict[str, list[tuple[int, str]]] = {}
-    for key, f in files.items():
-        if not key.startswith("Parameter."):
-            spare.setdefault(_OP_INDEX.sub("", key), []).append((int(f.get("__ts__", 0)), key))
-    out: dict[str, dict[str, str]] = {}
-    for group, kernels in groups.items():
-        keys = [key for _ts, key in sorted(spare.get(group, ()))]
-        if len(kernels) == 1 and len(keys) == 1:
-            out[kernels[0].name] = files[keys[0]]
-            continue
-        if keys and all(key in kg.pairing for key in keys):
-            out.update((kg.pairing[key], files[key]) for key in keys)
-            continue
-        unused = [(_file_signature(files[key]), key) for key in keys]
-        for k in kernels:
-            if not unused:
-                break
-            pick = next((i for i, (sig, _key) in enumerate(unused) if _signature_fits(k, sig)), 0)
-            key = unused.pop(pick)[1]
-            out[k.name] = files[key]
-            kg.pairing[key] = k.name
-    return out
-
-
-def _file_signature(kfiles: dict[str, str]) -> dict[str, tuple[str, tuple[int, ...] | None]]:
-    sig = {}
-    for slot, path in kfiles.items():
-        if slot.startswith("__"):
-            continue
-        try:
-            shape = read_npy_shape(path)
-        except ValueError:
-            shape = None
-        sig[slot] = (kfiles.get(f"__dtype__.{slot}", ""), shape)
-    return sig
-
-
-def _signature_fits(k: Kernel, sig: dict[str, tuple[str, tuple[int, ...] | None]]) -> bool:
-    if not k.declared:
-        return True
-    for slot, (dtype, shape) in sig.items():
-        want_dtype, want_shape = k.declared.get(slot, ("", None))
-        if want_dtype and want_dtype != dtype:
-            return False
-        if want_shape is not None and shape is not None and (len(want_shape) != len(shape) or any(
-                w >= 0 and w != d for w, d in zip(want_shape, shape, strict=True))):  # -1: a dynamic dimension
-            return False
-    return True
 
 
 def index_iteration(iter_dir: str) -> dict[str, dict[str, str]]:

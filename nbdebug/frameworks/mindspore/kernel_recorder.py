@@ -25,11 +25,11 @@ from .kernel_files import (
     array_row,
     index_iteration,
     load_npy,
-    match_kernel_files,
     misdump_reason,
 )
 from .kernel_graph import Kernel, KernelGraph
 from .kernel_ir import is_optimizer_state
+from .kernel_pairing import match_kernel_files
 
 
 class NpyRef:
@@ -57,6 +57,12 @@ class RowBuffer(RawRows):
         row = self._next_row()
         return row, array_row(arr, self._host[row])
 
+    def add_row(self, values: np.ndarray) -> int:
+        """A row holding ``values`` (statistics computed already)."""
+        row = self._next_row()
+        self._host[row] = values
+        return row
+
     def add_unknown(self) -> int:
         """A row for a tensor whose values are unknown: NaN statistics, no NaN/Inf counted."""
         row, _ = self.add(_EMPTY)
@@ -70,12 +76,15 @@ class RowBuffer(RawRows):
 class _RunState:
     """One graph run of a call being recorded: its repetition, what it produced, how its inputs were bound."""
 
-    __slots__ = ("kg", "rep", "first", "start", "sources_done", "produced", "bindings")
+    __slots__ = ("kg", "rep", "first", "start", "sources_done", "produced", "bindings", "uncertain")
 
-    def __init__(self, kg: KernelGraph, rep: int, first: bool, start: int, sources_done: set[str]) -> None:
+    def __init__(self, kg: KernelGraph, rep: int, first: bool, start: int, sources_done: set[str],
+                 uncertain: dict[str, str]) -> None:
         self.kg, self.rep, self.first, self.start, self.sources_done = kg, rep, first, start, sources_done
         self.produced: dict[tuple[str, str], tuple] = {}
         self.bindings: dict[str, tuple | None] = {}
+        #: kernels whose dump files could not be told from others' (:func:`match_kernel_files`): why
+        self.uncertain = uncertain
 
 
 class RunRecorder:
@@ -97,6 +106,9 @@ class RunRecorder:
         self._names: dict[tuple[int, str], str] = {}
         self._owner: dict[str, int] = {}
         self._inputs: dict[str, str] = {}
+        #: ``{path: (stats row, dtype, shape, size, nbytes, why) | None}`` of the call being recorded: each
+        #: file is read once, for pairing (its statistics) and for its slot
+        self._stats: dict[str, tuple | None] = {}
 
     def new_step(self) -> None:
         self.buf = RowBuffer()
@@ -166,22 +178,46 @@ class RunRecorder:
         # a parameter is recorded where the step first uses it: a later graph of the same call (the
         # optimizer's) may dump it after updating it in place
         sources_done: set[str] = set()
+        self._stats = {}
         for r, (kg, files) in enumerate(runs):
             rep = reps[kg.graph_id] = reps.get(kg.graph_id, -1) + 1
             first = (kg.graph_id, rep) not in self._graph_edges
             self._graph_edges.add((kg.graph_id, rep))
-            matched = match_kernel_files(kg, files)
+            pairing = match_kernel_files(kg, files, self._fingerprint)
+            matched = pairing.files
             queue = [(int(matched[k.name].get("__ts__", 0)), r, k, matched[k.name])
                      for k in kg.kernels if k.name in matched]
             start = min((q[0] for q in queue), default=0)
-            states.append(_RunState(kg, rep, first, start, sources_done))
+            states.append(_RunState(kg, rep, first, start, sources_done, pairing.uncertain))
             queues.append(queue)
         order = queues[0] if len(queues) == 1 else heapq.merge(*queues, key=lambda item: item[0])
         count = 0
         for _ts, r, k, kfiles in order:
             self._record_kernel(states, states[r], k, kfiles)
             count += 1
+        self._stats = {}
         return count
+
+    def _stat(self, path: str) -> tuple | None:
+        """``(stats row, dtype, shape, size, nbytes, why)`` of a file, read once per call; None (and a problem
+        naming the file) when it cannot be read."""
+        if path in self._stats:
+            return self._stats[path]
+        try:
+            arr = load_npy(path)
+        except ValueError as exc:
+            self.problems.append((path, str(exc).split(": ", 1)[-1]))
+            self._stats[path] = None
+            return None
+        row = np.empty(9, np.float64)
+        why = array_row(arr, row)
+        name = "bfloat16" if arr.dtype.kind == "V" and arr.dtype.itemsize == 2 else str(arr.dtype)
+        out = self._stats[path] = (row, name, tuple(int(d) for d in arr.shape), int(arr.size), int(arr.nbytes), why)
+        return out
+
+    def _fingerprint(self, path: str) -> object:
+        st = self._stat(path)
+        return None if st is None else (st[1], st[3], st[0].tobytes())
 
     def _record_kernel(self, states: list[_RunState], st: _RunState, k: Kernel, kfiles: dict[str, str]) -> None:
         s = self.session
@@ -206,6 +242,7 @@ class RunRecorder:
         slots = {sl for sl in kfiles if not sl.startswith("__")}
         # a bound input is not dumped (MindSpore writes no file for a graph's parameter): its producer's is it
         slots.update(sl for sl, src in k.sources.items() if src[0] == "bound")
+        doubt = st.uncertain.get(k.name)
         for slot in sorted(slots, key=_slot_order):
             src = k.sources.get(slot)
             entry = None
@@ -220,10 +257,13 @@ class RunRecorder:
                 entry = link[2]
                 if st.first or src[0] == "bound":
                     s.graph.add_edge(link[0], name, link[1], slot)
+            if entry is not None and entry[6] is None and doubt is None and slot in kfiles:
+                entry = None  # the producer's files could not be told apart: this kernel's own file holds it
             if entry is None:
                 if slot not in kfiles:
                     continue
-                entry = self._load(kfiles[slot], kfiles.get(f"__dtype__.{slot}", ""), k.device_dtypes.get(slot))
+                entry = self._load(kfiles[slot], kfiles.get(f"__dtype__.{slot}", ""), k.device_dtypes.get(slot),
+                                   doubt)
                 if entry is None:
                     continue
             self._put(node, slot, entry)
@@ -258,29 +298,29 @@ class RunRecorder:
         st.bindings[idx] = found
         return found
 
-    def _load(self, path: str, dtype: str, device: str | None = None) -> tuple | None:
+    def _load(self, path: str, dtype: str, device: str | None = None, doubt: str | None = None) -> tuple | None:
         """Statistics row and handle of one file; None (and a problem naming the file) when unreadable.
 
         ``device`` is the dtype the kernel really reads or writes in that slot (the IR's kernel-info line).
         When the file was written with another dtype, it is not the value used: MindSpore names and sizes
         the file by the graph's declared type (e.g. float16 under AMP O2) while a CPU kernel selected for
         float32 holds float32 in the buffer, so the file is the buffer's first bytes read as float16. Such a
-        slot gets no statistics and no value, and says why (:func:`misdump_reason`)."""
-        try:
-            arr = load_npy(path)
-        except ValueError as exc:
-            self.problems.append((path, str(exc).split(": ", 1)[-1]))
+        slot gets no statistics and no value, and says why (:func:`misdump_reason`). ``doubt``: why the file
+        may be another kernel's (:func:`match_kernel_files`): no statistics or value either, and no path."""
+        st = self._stat(path)
+        if st is None:
             return None
-        shape = tuple(int(d) for d in arr.shape)
-        name = dtype or str(arr.dtype)
-        if arr.dtype.kind == "V" and arr.dtype.itemsize == 2:
-            name = "bfloat16"
+        values, name, shape, size, nbytes, why = st
+        if dtype and name != "bfloat16":
+            name = dtype
+        if doubt is not None:
+            return self.buf.add_unknown(), device or name, shape, size, doubt, None, None, True
         if device and dtype and device != dtype:
             row = self.buf.add_unknown()
-            return row, device, shape, int(arr.size), misdump_reason(path, dtype, device), None, path, True
-        row, why = self.buf.add(arr)
-        handle = NpyRef(path, int(arr.nbytes)) if self.retain else None
-        return row, name, shape, int(arr.size), why, handle, path, False
+            return row, device, shape, size, misdump_reason(path, dtype, device), None, path, True
+        row = self.buf.add_row(values)
+        handle = NpyRef(path, nbytes) if self.retain else None
+        return row, name, shape, size, why, handle, path, False
 
     def _put(self, node: Any, slot: str, entry) -> None:
         row, dtype, shape, count, why, handle, path, misdumped = entry
