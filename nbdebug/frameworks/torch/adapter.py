@@ -235,8 +235,12 @@ class _OpMode(TorchFunctionMode):
         if info[0] in ("Tensor", "Tensor?") and not info[1].startswith("__"):
             op = _operator_at(caller.f_code, caller.f_lasti)
             if op is not None:
-                reflected = not op.startswith("i") and len(args) > 1 and \
-                    not isinstance(args[1], torch.Tensor) and _reflected_at(caller)
+                if op.startswith("i") and not info[1].endswith("_"):  # ``s += t``, s no tensor: Python ran
+                    op = op[1:]  # t.__radd__(s) (or s.__add__(t)): no in-place op ran, msProbe's name too
+                    reflected = len(args) > 1 and not isinstance(args[1], torch.Tensor)
+                else:
+                    reflected = not op.startswith("i") and len(args) > 1 and \
+                        not isinstance(args[1], torch.Tensor) and _reflected_at(caller)
                 name = f"__{'r' if reflected else ''}{op}__"
                 info = ("Tensor", name) if name in _names.TENSOR else _PASS
             elif info[0] == "Tensor?":
@@ -716,7 +720,26 @@ class TorchAdapter(Capture):
         params = self._ours(opt)
         if params:
             self.monitor_probe.optimizer_post(opt, params)
-            self.optimizer_done(type(opt).__name__, params)
+            self.optimizer_done(type(opt).__name__, params, self._opt_state(opt, params))
+
+    def _opt_state(self, opt, params: list[tuple[str, torch.Tensor]]) -> list[tuple[str, str, torch.Tensor]]:
+        """The optimizer's per-parameter state after its step, ``(qual, key, tensor)`` (L1/mix: the step node's
+        ``exp_avg.{qual}`` ... slots, the same whichever implementation ran). A fused kernel bumps no version
+        counter: what it updated is measured again."""
+        fused = any(g.get("fused") for g in opt.param_groups)
+        ops = self.level in ("L1", "mix")
+        out = []
+        for qual, p in params:
+            state = opt.state.get(p) if fused or ops else None
+            if fused:
+                self._seen.pop(id(p), None)
+            for key, v in (state or {}).items():
+                if isinstance(v, torch.Tensor):
+                    if fused:
+                        self._seen.pop(id(v), None)
+                    if ops:
+                        out.append((qual, key, v))
+        return out
 
 
 _INPLACE_OPERATORS = frozenset({

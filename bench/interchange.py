@@ -1,0 +1,216 @@
+"""msProbe interchange on the zoo: the same training under msProbe and under nbdebug, entry sets and
+``msprobe compare`` of the two dumps (issue 26).
+
+Each zoo model (``bench/zoo.py``'s small configurations, random weights, seed 0, the same batches; plus
+Llama without autocast and ResNet-18 with gradient checkpointing) trains 2 AdamW steps twice, each in a fresh
+subprocess: once under msProbe's ``PrecisionDebugger`` (task ``statistics``), once under
+``nbdebug.Debugger(model, dump_dir=..., task="statistics", config=<the same config.json>)``. Then, on the last
+step: the entry sets (``dump.json``'s ``data`` keys) — ours / msProbe's, only ours / only msProbe's with
+examples — and ``msprobe compare -tp ours -gp theirs``: rows, unmatched rows (no bench entry), rows that do
+not pass (msProbe's ``Result`` column is not ``pass``), and ``nbdebug.compare`` of the same pair.
+
+Usage::
+
+    python bench/interchange.py                          # the whole zoo at L0, L1 and mix
+    python bench/interchange.py --models bert,t5 --levels mix --keep /tmp/ic   # keep the dumps
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+MODELS = ("gpt2", "bert", "t5", "llama", "llama_amp", "resnet", "mobilenet", "vit", "gpt2_ckpt", "resnet_ckpt")
+LEVELS = ("L0", "L1", "mix")
+STEPS = 2
+MSPROBE = os.path.join(os.path.dirname(sys.executable), "msprobe")
+
+
+def config(level: str, dump_path: str) -> dict[str, Any]:
+    """The one ``config.json`` both tools read."""
+    return {"task": "statistics", "dump_path": dump_path, "rank": [], "step": [], "level": level,
+            "async_dump": False,
+            "statistics": {"scope": [], "list": [], "data_mode": ["all"], "summary_mode": "statistics"}}
+
+
+def workload(name: str):
+    """A zoo workload; ``llama`` is ``llama_amp`` without autocast and GradScaler, ``resnet_ckpt`` the ResNet-18
+    layout whose four stages run under ``torch.utils.checkpoint`` (non-reentrant)."""
+    import torch
+    import torch.utils.checkpoint as cp
+
+    sys.path.insert(0, str(HERE))
+    from zoo import make_zoo_workload
+
+    if name == "llama":
+        wl = make_zoo_workload("llama_amp")
+        wl.amp = False
+        wl.name = "llama"
+        return wl
+    if name != "resnet_ckpt":
+        return make_zoo_workload(name)
+    wl = make_zoo_workload("resnet")
+    model = wl.model
+
+    def forward(x):
+        x = model.stem(x)
+        for layer in (model.layer1, model.layer2, model.layer3, model.layer4):
+            x = cp.checkpoint(layer, x, use_reentrant=False)
+        return model.fc(torch.flatten(torch.nn.functional.adaptive_avg_pool2d(x, 1), 1))
+
+    model.forward = forward
+    wl.name = "resnet_ckpt"
+    return wl
+
+
+def worker(tool: str, model: str, level: str, out: str) -> None:
+    """In a fresh process: train ``STEPS`` steps of ``model`` under ``tool``, dumping into ``out/dump``."""
+    import torch
+
+    torch.set_num_threads(1)
+    os.makedirs(out, exist_ok=True)
+    cfg = os.path.join(out, "config.json")
+    with open(cfg, "w") as f:
+        json.dump(config(level, os.path.join(out, "dump")), f)
+    wl = workload(model)
+    opt = wl.reset()
+    if tool == "msprobe":
+        from msprobe.pytorch import PrecisionDebugger
+
+        dbg = PrecisionDebugger(config_path=cfg)
+        for _ in range(STEPS):
+            dbg.start(wl.model)
+            wl.step(opt)
+            dbg.stop()
+            dbg.step()
+        return
+    sys.path.insert(0, str(REPO))
+    import nbdebug
+
+    d = nbdebug.Debugger(wl.model, level, dump_dir=os.path.join(out, "dump"), task="statistics", config=cfg)
+    try:
+        for _ in range(STEPS):
+            wl.step(opt)
+    finally:
+        d.close()
+
+
+def run_worker(tool: str, model: str, level: str, out: str, reuse: bool = False) -> str:
+    if reuse and glob.glob(os.path.join(out, "dump", f"step{STEPS - 1}", "*", "dump.json")):
+        return os.path.join(out, "dump")
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
+    proc = subprocess.run([sys.executable, __file__, "--_worker", tool, model, level, out], cwd=out if
+                          os.path.isdir(out) else None, env=env, capture_output=True, text=True, timeout=900)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{tool} {model} {level} failed:\n{(proc.stdout + proc.stderr)[-3000:]}")
+    return os.path.join(out, "dump")
+
+
+def step_dir(dump: str, step: int) -> str:
+    """``dump/step{N}`` (msProbe compares a step folder holding ``rank/`` folders)."""
+    return os.path.join(dump, f"step{step}")
+
+
+def entries(dump: str, step: int) -> list[str]:
+    (path,) = glob.glob(os.path.join(step_dir(dump, step), "*", "dump.json"))
+    with open(path) as f:
+        return list(json.load(f)["data"])
+
+
+def msprobe_compare(target: str, golden: str, out: str) -> list[dict[str, str]]:
+    os.makedirs(out, exist_ok=True)
+    proc = subprocess.run([MSPROBE, "compare", "-tp", target, "-gp", golden, "-o", out], capture_output=True,
+                          text=True, timeout=900)
+    paths = glob.glob(os.path.join(out, "compare_result_*.csv")) + glob.glob(os.path.join(out, "*", "*.csv"))
+    if proc.returncode != 0 or not paths:
+        raise RuntimeError(f"msprobe compare failed:\n{(proc.stdout + proc.stderr)[-3000:]}")
+    with open(paths[0], newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def unmatched(rows: list[dict[str, str]]) -> list[dict[str, str]]:
+    return [r for r in rows if r.get("Bench Name", "N/A") in ("N/A", "", None)]
+
+
+def not_pass(rows: list[dict[str, str]]) -> list[dict[str, str]]:
+    return [r for r in rows if r.get("Result", "pass").strip().lower() not in ("pass", "")]
+
+
+def measure(model: str, level: str, root: str, reuse: bool = False) -> dict[str, Any]:
+    """Both runs of one (model, level) and their comparison on the last step (``reuse``: msProbe's dump of an
+    earlier run in ``root``)."""
+    theirs = run_worker("msprobe", model, level, os.path.join(root, f"{model}_{level}_msprobe"), reuse)
+    shutil.rmtree(os.path.join(root, f"{model}_{level}_nbdebug"), ignore_errors=True)
+    shutil.rmtree(os.path.join(root, f"{model}_{level}_cmp"), ignore_errors=True)
+    ours = run_worker("nbdebug", model, level, os.path.join(root, f"{model}_{level}_nbdebug"))
+    last = STEPS - 1
+    e_ours, e_theirs = entries(ours, last), entries(theirs, last)
+    only_ours = [e for e in e_ours if e not in set(e_theirs)]
+    only_theirs = [e for e in e_theirs if e not in set(e_ours)]
+    rows = msprobe_compare(step_dir(ours, last), step_dir(theirs, last), os.path.join(root, f"{model}_{level}_cmp"))
+    return {"model": model, "level": level, "ours": len(e_ours), "theirs": len(e_theirs),
+            "only_ours": only_ours, "only_theirs": only_theirs, "rows": len(rows),
+            "unmatched": [r["NPU Name"] for r in unmatched(rows)],
+            "not_pass": [(r["NPU Name"], r.get("Err_message", "")) for r in not_pass(rows)],
+            "dumps": (ours, theirs)}
+
+
+def format_table(results: list[dict[str, Any]]) -> str:
+    out = ["| model, level | entries ours / msProbe | only ours / only msProbe | `msprobe compare` rows, unmatched, "
+           "not pass |", "| --- | --- | --- | --- |"]
+    for r in results:
+        ex = ", ".join(f"`{e}`" for e in (r["only_ours"][:2] + r["only_theirs"][:2]))
+        out.append(f"| {r['model']} {r['level']} | {r['ours']:,} / {r['theirs']:,} | "
+                   f"{len(r['only_ours'])} / {len(r['only_theirs'])}{' (' + ex + ')' if ex else ''} | "
+                   f"{r['rows']:,}, {len(r['unmatched'])}, {len(r['not_pass'])} |")
+    return "\n".join(out)
+
+
+def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--levels", default=",".join(LEVELS))
+    ap.add_argument("--keep", help="keep the dumps and comparisons in this folder (msProbe's dumps found there "
+                    "are reused)")
+    ap.add_argument("--verbose", action="store_true", help="print every differing entry and not-pass row")
+    ap.add_argument("--_worker", nargs=4, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args._worker:
+        worker(*args._worker)
+        return []
+    root = args.keep or tempfile.mkdtemp(prefix="nbdebug_interchange_")
+    os.makedirs(root, exist_ok=True)
+    results = []
+    try:
+        for model in [m for m in args.models.split(",") if m]:
+            for level in [lv for lv in args.levels.split(",") if lv]:
+                r = measure(model, level, root, reuse=bool(args.keep))
+                results.append(r)
+                print(f"{model:12s} {level:4s} ours {r['ours']:5d} msProbe {r['theirs']:5d} only ours "
+                      f"{len(r['only_ours']):4d} only msProbe {len(r['only_theirs']):4d} rows {r['rows']:5d} "
+                      f"unmatched {len(r['unmatched']):4d} not pass {len(r['not_pass']):3d}", flush=True)
+                if args.verbose:
+                    for key in ("only_ours", "only_theirs", "unmatched", "not_pass"):
+                        for e in r[key][:40]:
+                            print(f"    {key}: {e}")
+    finally:
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+    print(format_table(results))
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,179 @@
+"""Where nbdebug's dump and msProbe's differ on the zoo (issue 26), each difference decided on a tiny model.
+
+The same script runs under real msProbe's ``PrecisionDebugger``, under ``nbdebug.Debugger`` and (for the
+summation order) with no tool at all, each in its own subprocess:
+
+* ``s = 0; s += t`` (T5's loss/bias sums): Python runs ``t.__radd__(0)`` — no in-place op — and msProbe
+  records ``Tensor.__radd__``; so do we (we named it ``Tensor.__iadd__`` from the bytecode's ``+=``).
+* a function bound before the debugger starts (HF's ``GELUActivation`` keeps ``nn.functional.gelu`` as an
+  attribute made at construction): msProbe patches ``torch.nn.functional.gelu`` at ``start()`` and never
+  sees the call; the model ran it, and we record it (``Functional.gelu.*``, forward and backward). The
+  other entries are the same.
+* msProbe's full backward hooks put ``BackwardHookFunction`` nodes into the graph: autograd sums a
+  tensor's gradient shares in another order, so its run is not bitwise the plain run; ours is.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import torch
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+SCRIPT = r'''
+import json, os, sys
+import torch, torch.nn as nn, torch.nn.functional as F
+
+tool, case, level, out = sys.argv[1:5]
+torch.manual_seed(0)
+torch.set_num_threads(1)
+
+
+class Radd(nn.Module):  # s = 0; s += t  (T5's sums start from a Python 0)
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        h = self.fc(x)
+        s = 0
+        s += h
+        w = h * 2
+        w += 1  # a real in-place add: Tensor.__iadd__
+        return s + w
+
+
+class Bound(nn.Module):  # HF's GELUActivation: the function object is kept at construction
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.act = F.gelu
+
+    def forward(self, x):
+        return self.fc(self.act(self.fc(x)))
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(16, 16), nn.Linear(16, 16)
+
+    def forward(self, x):
+        return self.a(x) + self.b(x) + x
+
+
+class Order(nn.Module):  # a tensor with several consumers: its gradient is a sum of shares
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Linear(8, 16)
+        self.blocks = nn.Sequential(*[Block() for _ in range(3)])
+        self.head = nn.Linear(16, 4)
+
+    def forward(self, x):
+        h = self.emb(x)
+        return self.head(self.blocks(h) + h)
+
+
+model = {"radd": Radd, "bound": Bound, "order": Order}[case]()
+n_in, n_out = (8, 16) if case == "order" else (8, 8)
+xs = [torch.randn(32, 8) for _ in range(2)]
+ys = [torch.randn(32, 4 if case == "order" else 8) for _ in range(2)]
+os.makedirs(out, exist_ok=True)
+cfg = os.path.join(out, "config.json")
+with open(cfg, "w") as f:
+    json.dump({"task": "statistics", "dump_path": os.path.join(out, "dump"), "rank": [], "step": [],
+               "level": level, "async_dump": False,
+               "statistics": {"scope": [], "list": [], "data_mode": ["all"], "summary_mode": "statistics"}}, f)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+if tool == "msprobe":
+    from msprobe.pytorch import PrecisionDebugger
+    dbg = PrecisionDebugger(config_path=cfg)
+elif tool == "nbdebug":
+    import nbdebug
+    dbg = nbdebug.Debugger(model, level, dump_dir=os.path.join(out, "dump"), task="statistics", config=cfg)
+grads = []
+for x, y in zip(xs, ys):
+    if tool == "msprobe":
+        dbg.start(model)
+    opt.zero_grad()
+    F.mse_loss(model(x), y).backward()
+    grads.append({k: p.grad.clone() for k, p in model.named_parameters()})
+    opt.step()
+    if tool == "msprobe":
+        dbg.stop()
+        dbg.step()
+if tool == "nbdebug":
+    dbg.close()
+torch.save(grads, os.path.join(out, "grads.pt"))
+'''
+
+RUNS = [("msprobe", "radd", "L1"), ("nbdebug", "radd", "L1"), ("msprobe", "bound", "mix"),
+        ("nbdebug", "bound", "mix"), ("plain", "order", "L0"), ("msprobe", "order", "L0"),
+        ("nbdebug", "order", "L0")]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("interchange")
+    script = root / "train.py"
+    script.write_text(SCRIPT)
+    env = dict(os.environ, PYTHONPATH=REPO, CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1")
+
+    def run(key):
+        out = str(root / "_".join(key))
+        proc = subprocess.run([sys.executable, str(script), *key, out], cwd=str(root), env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, f"{key}:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
+        return out
+
+    with ThreadPoolExecutor(2) as pool:
+        return dict(zip(RUNS, pool.map(run, RUNS), strict=True))
+
+
+def _data(out: str, step: int) -> dict:
+    (path,) = glob.glob(os.path.join(out, "dump", f"step{step}", "*", "dump.json"))
+    with open(path) as f:
+        return json.load(f)["data"]
+
+
+@pytest.mark.parametrize("step", [0, 1])
+def test_augmented_assign_on_a_python_number_is_radd(runs, step):
+    ours = _data(runs[("nbdebug", "radd", "L1")], step)
+    theirs = _data(runs[("msprobe", "radd", "L1")], step)
+    assert list(ours) == list(theirs)
+    assert "Tensor.__radd__.0.forward" in ours and "Tensor.__iadd__.0.forward" in ours
+    assert "Tensor.__iadd__.1.forward" not in ours  # only ``w += 1`` wrote in place
+    assert json.dumps(ours["Tensor.__radd__.0.forward"]) == json.dumps(theirs["Tensor.__radd__.0.forward"])
+
+
+@pytest.mark.parametrize("step", [0, 1])
+def test_function_bound_before_start_msprobe_misses_it(runs, step):
+    ours = _data(runs[("nbdebug", "bound", "mix")], step)
+    theirs = _data(runs[("msprobe", "bound", "mix")], step)
+    gelu = [k for k in ours if k.startswith("Functional.gelu.")]
+    assert gelu == ["Functional.gelu.0.forward", "Functional.gelu.0.backward"]
+    assert not [k for k in theirs if "gelu" in k]
+    assert [k for k in ours if k not in gelu] == list(theirs)
+    # the model did run gelu: its output is not its input (msProbe's next entry reads gelu's output)
+    fwd = ours["Functional.gelu.0.forward"]
+    assert fwd["input_args"][0]["Min"] < 0 <= fwd["output"][0]["Min"] + 0.2
+    assert fwd["output"][0]["Norm"] == theirs["Functional.linear.1.forward"]["input_args"][0]["Norm"]
+
+
+def test_msprobe_hooks_change_gradient_summation_order_ours_do_not(runs):
+    plain = torch.load(os.path.join(runs[("plain", "order", "L0")], "grads.pt"))
+    theirs = torch.load(os.path.join(runs[("msprobe", "order", "L0")], "grads.pt"))
+    ours = torch.load(os.path.join(runs[("nbdebug", "order", "L0")], "grads.pt"))
+    for s in range(2):
+        assert all(torch.equal(plain[s][k], ours[s][k]) for k in plain[s])  # bitwise the plain run
+    differ = [(s, k) for s in range(2) for k in plain[s] if not torch.equal(plain[s][k], theirs[s][k])]
+    assert (0, "emb.weight") in differ  # h's gradient: the skip's and the blocks' shares, summed otherwise
+    for s, k in differ:  # ... in the last bits only
+        torch.testing.assert_close(theirs[s][k], plain[s][k], rtol=1e-5, atol=1e-7)
