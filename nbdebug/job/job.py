@@ -148,6 +148,16 @@ class Job:
         except KeyError:
             raise KeyError(f"no rank {rank} in this job; ranks: {self.ranks}") from None
 
+    def rank(self, rank: int) -> Any:
+        """The source of ``rank`` with its full statistics: a remote rank in summary mode (a job of many
+        ranks) is asked for its full tables first — the window it holds arrives before this returns, and
+        every step's table from then on (:meth:`RemoteSource.full_tables`)."""
+        src = self.source(rank)
+        fetch = getattr(src, "full_tables", None)
+        if fetch is not None and getattr(src, "detail", "full") == "summary" and getattr(src, "connected", False):
+            fetch(True)
+        return src
+
     def __len__(self) -> int:
         return len(self._sources)
 
@@ -162,6 +172,9 @@ class Job:
         out = {step for _rank, step in self._cache}
         for src in self._sources.values():
             out.update(getattr(src.session, "steps", {}) or {})
+            sent = getattr(src, "summary_steps", None)
+            if sent is not None:  # a remote rank in summary mode: the steps it sent summaries of
+                out.update(sent())
         return sorted(out)
 
     # -- per rank ---------------------------------------------------------------------------------
@@ -202,8 +215,9 @@ class Job:
         still answers for steps that have left the Debugger's ``stats_window``."""
         src = self.source(rank)
         own = getattr(src, "step_summary", None)
-        if own is not None:  # a remote rank sends its summaries
-            return own(step)
+        sent = own(step) if own is not None else None
+        if sent is not None:  # a remote rank in summary mode sends its summaries
+            return sent
         hits = count_hits(h for h in src.hits if h.step == step)
         cached = self._cache.get((rank, step))
         if cached is not None:  # a step's statistics never change; its hits may (a new watchpoint)

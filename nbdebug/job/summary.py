@@ -39,6 +39,8 @@ class StepSummary:
 
     ``origin`` is ``(node, slot, position)``: the rank's first non-finite origin in the step and the row of
     that tensor in the step's execution order (None when the step is finite everywhere).
+    ``grad_norm_total`` (the monitor's ``Run`` series) and ``step_time`` (seconds from the rank's previous
+    step end to this one's) are filled in by a remote rank's agent (None elsewhere).
     ``loss`` is the last scalar output of an op or module call of the forward section (None when there is none,
     e.g. at level L0 with the loss computed outside the model). ``nonfinite_values`` is a lower bound when
     the source holds no counts (a statistics-only msProbe dump records Max/Min only: a NaN tensor counts 1).
@@ -53,6 +55,8 @@ class StepSummary:
     loss: float | None
     hits: int
     origin: tuple[str, str, int] | None
+    grad_norm_total: float | None = None
+    step_time: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON types (``origin`` as a list)."""
@@ -68,7 +72,8 @@ class StepSummary:
             origin = (str(o[0]), str(o[1]), int(o[2])) if o is not None else None
             return cls(int(d["rank"]), int(d["step"]), int(d["tensors"]), int(d["nonfinite_tensors"]),
                        int(d["nonfinite_values"]), _opt_float(d.get("max_abs")), _opt_float(d.get("loss")),
-                       int(d.get("hits", 0)), origin)
+                       int(d.get("hits", 0)), origin, _opt_float(d.get("grad_norm_total")),
+                       _opt_float(d.get("step_time")))
         except (KeyError, TypeError, IndexError, ValueError) as e:
             raise ValueError(f"not a step summary ({type(e).__name__}: {e}): {dict(d)!r:.200}") from None
 

@@ -31,6 +31,7 @@ import threading
 import time
 import traceback
 import warnings
+from dataclasses import replace
 from typing import Any
 
 import zmq
@@ -62,6 +63,11 @@ def process_info() -> dict[str, Any]:
     return {"host": socket.gethostname(), "pid": os.getpid(), "rank": env_int("RANK", "RANK_ID"),
             "world_size": env_int("WORLD_SIZE", "RANK_SIZE"), "local_rank": env_int("LOCAL_RANK", "DEVICE_ID"),
             "argv": list(sys.argv)}
+
+
+def _computed_forward(node: Any) -> bool:
+    """An op or module call of the forward section (where a step summary looks for the loss)."""
+    return node is not None and node.section == "forward" and node.kind in ("op", "module")
 
 
 class Agent:
@@ -120,21 +126,49 @@ class Agent:
 
     # -- events from the debugger (training thread, or whoever changed the state) ------------------
     def _on_step(self, step: int) -> None:
+        now = time.monotonic()
         if not self.connected:
             return
         with self._lock:
             table = self.dbg.session.steps.get(step)
             mon, mon_frames = self._monitor.part(getattr(self.dbg.session, "monitor", None), step)
-            if table is None and mon is None:
+            if table is None and mon is None and not self.summary_mode:
                 return
             msg = {"type": "step", "step": step, "graph": self._delta.take(self.dbg.graph),
                    "step_index": self.dbg.session.step_index, **self._hits_of({step})}
             frames: list[Any] = []
-            if table is not None:  # none at level="monitor": the monitor row alone
+            if self.summary_mode:  # many ranks: the step in a few numbers (job/summary.py)
+                msg["summary"] = self._step_summary(step, table, now).to_dict()
+            if table is not None and (not self.summary_mode or self._full):  # the full table: asked for
                 msg["table"], frames = P.table_header(table, self._book)
             if mon is not None:  # the step's monitor row (monitor_wire.py): its two frames after the table's
                 msg["monitor"], frames = mon, [*frames, *mon_frames]
             self.pump.send(P.encode(msg, frames))
+
+    def _step_summary(self, step: int, table: Any, now: float) -> Any:
+        """``step``'s :class:`~nbdebug.job.summary.StepSummary`: the table's counts and non-finite origin (searched
+        only when the step holds a NaN/Inf), the step's hits, the monitor's loss and total gradient norm, and
+        the time since the previous step ended (None for the first one seen)."""
+        from ..job.summary import summarize_table
+        from ..session.stats import StatsTable
+        from ..watch.watchpoints import count_hits
+
+        dbg = self.dbg
+        nodes = dbg.graph.nodes
+        hits = count_hits(h for h in list(dbg.watchpoints.hits) if h.step == step)
+        s = summarize_table(table if table is not None else StatsTable(), rank=self.info.get("rank") or 0, step=step,
+                            hits=hits, computed_forward=lambda n: _computed_forward(nodes.get(n)))
+        if s.nonfinite_tensors and table is not None:
+            found = dbg.first_nonfinite(step)
+            if found is not None:
+                s = replace(s, origin=(found[0], found[1], int(table.index.get((found[0], found[1]), -1))))
+        mon = getattr(dbg.session, "monitor", None)
+        loss = mon.value(step, "Run", "loss") if mon is not None else None
+        grad = mon.value(step, "Run", "grad_norm_total") if mon is not None else None
+        last, self._last_step_end = self._last_step_end, (step, now)
+        took = now - last[1] if last is not None and last[0] == step - 1 else None
+        return replace(s, loss=s.loss if loss is None else float(loss),
+                       grad_norm_total=None if grad is None else float(grad), step_time=took)
 
     def _on_hit(self, hit: Any) -> None:
         with self._lock:
@@ -174,6 +208,11 @@ class Agent:
         self._resync_due = True
 
     _dropped_at: float | None = None
+    #: the notebook asked for step summaries instead of full tables (its welcome's ``detail``: a job of many
+    #: ranks); ``_full``: full tables asked for on top (the ``tables`` request, a rank selected in the panel)
+    summary_mode = False
+    _full = False
+    _last_step_end: tuple[int, float] | None = None
 
     _resync_due = False
     _terminating = False
@@ -283,6 +322,8 @@ class Agent:
             self._lost_since = None
             self.dbg.pausing = True  # someone can resume a pause again
             self._job_watches(head.get("watch"))
+            with self._lock:
+                self.summary_mode, self._full = head.get("detail") == "summary", False
             self._answered.set()
             self._sync()
         elif kind == "refused":
@@ -326,7 +367,7 @@ class Agent:
                                                       for w in list(dbg.watchpoints.watchpoints.values())],
                                       "hits": [P.hit_record(h) for h in list(dbg.watchpoints.hits)],
                                       "step_index": dbg.session.step_index})]
-                    for step in sorted(dbg.session.steps):
+                    for step in sorted(dbg.session.steps) if not self.summary_mode else ():
                         head, frames = P.table_header(dbg.session.steps[step], self._book)
                         msgs.append(P.encode({"type": "step", "step": step, "table": head, "replay": True}, frames))
                     msgs.append(self._state_message())
@@ -427,6 +468,25 @@ class Agent:
     def _op_next_node(self) -> Any:
         self.dbg.next_node()
         return None, []
+
+    def _op_tables(self, on: Any = True) -> Any:
+        """Summary mode: full tables from now on (``on``; the statistics window's tables are sent first, as
+        replayed ``step`` messages ahead of this reply) or no longer (``on=False``). Returns the steps sent."""
+        window: list[tuple[int, Any]] = []
+        for attempt in range(20):  # training may change the window under us: read it again
+            try:
+                window = sorted(list(self.dbg.session.steps.items()), key=lambda kv: kv[0]) if on else []
+                break
+            except RuntimeError:
+                if attempt == 19:
+                    raise
+                time.sleep(0.01)
+        with self._lock:
+            self._full = bool(on)
+            for step, table in window:
+                head, frames = P.table_header(table, self._book)
+                self.pump.send(P.encode({"type": "step", "step": step, "table": head, "replay": True}, frames))
+        return {"steps": [step for step, _t in window], "full": bool(on)}, []
 
     def _op_resync(self) -> Any:
         self._resync_due = True

@@ -47,6 +47,13 @@ REFUSED_KEPT = 100
 #: seconds a running process one step past a paused one gets to pause there before it counts as past it
 SETTLE_S = 0.5
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+#: summary mode: a process of a job of more ranks than this (its hello's ``world_size``, or the processes
+#: connected) sends, per step, its monitor row and a :class:`~nbdebug.job.summary.StepSummary` instead of its
+#: full statistics table; full tables come on request (:meth:`RemoteSource.full_tables`, ``job.rank(r)``, the
+#: job panel's rank selector). ``Listener.summary_above`` overrides it per listener.
+SUMMARY_ABOVE = 8
+#: the listener's send queue (requests to every process of a job at once: ``pause_all`` on 1,000 ranks)
+SEND_QUEUE = 1 << 16
 
 
 class Listener:
@@ -68,6 +75,8 @@ class Listener:
         self.refused: collections.deque[dict[str, Any]] = collections.deque(maxlen=REFUSED_KEPT)
         self.refused_count = 0
         self.hub = EventHub()  # "state" when a process connects, reconnects, leaves
+        #: more ranks than this: summary mode (:data:`SUMMARY_ABOVE`)
+        self.summary_above = SUMMARY_ABOVE
         self._job: Any = None
         self._lining_up = threading.Lock()
         #: what went wrong in group control and was not the answer to a call (a line-up that timed out)
@@ -96,7 +105,7 @@ class Listener:
             raise OSError(f"nbdebug.listen: cannot bind {host}:{port}: {e}") from None
         self.host = host
         self.closed = False
-        self.pump = Pump(sock, self._on_message, on_tick=self._tick, name="nbdebug-listener")
+        self.pump = Pump(sock, self._on_message, on_tick=self._tick, max_queue=SEND_QUEUE, name="nbdebug-listener")
 
     # -- what to start the job with -----------------------------------------------------------------
     @property
@@ -358,6 +367,10 @@ class Listener:
             if self._job is not None:
                 self._job.add(key, src)
                 welcome["watch"] = self._job_watches()
+        world = head.get("world_size")
+        ranks = max(world if isinstance(world, int) else 0, len(self.sources))
+        src.detail = "summary" if ranks > self.summary_above else "full"
+        welcome["detail"] = src.detail
         src.connected = True
         src.last_heard = time.monotonic()
         self._by_ident[ident] = src

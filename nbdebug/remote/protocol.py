@@ -53,6 +53,7 @@ OPS: dict[str, tuple[str, ...]] = {
     "run_to": ("node",),
     "next_node": (),
     "resync": (),
+    "tables": ("on",),
 }
 
 #: largest JSON header accepted (a step's header holds only node records and new keys)

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from ..control import EventHub, State
+from ..job.summary import StepSummary
 from ..session.graph import Graph
 from ..watch.reader import Reader
 from ..watch.watchpoints import HitRecord, WatchManager, Watchpoint
@@ -31,6 +32,10 @@ from .monitor_wire import MonitorReceiver
 
 #: seconds a request waits for the process to answer
 REQUEST_TIMEOUT = 30.0
+#: summary mode: the latest steps whose summaries a rank keeps here; older ones stay only when notable (a
+#: non-finite origin or hits), up to :data:`NOTABLE_KEPT` (the monitor series keep the whole run)
+SUMMARIES_KEPT = 128
+NOTABLE_KEPT = 1024
 
 
 class RemoteSource(Reader):
@@ -62,6 +67,13 @@ class RemoteSource(Reader):
         self.error: str | None = None
         self._names: dict[int, tuple[str, str, str, Any]] = {}
         self._monitor = MonitorReceiver()  # the monitor series' names by id on this connection
+        #: ``"summary"`` when the listener asked this process for step summaries instead of full tables (a job
+        #: of many ranks; :meth:`full_tables` asks for the tables), else ``"full"``
+        self.detail = "full"
+        #: summary mode: whether full tables were asked for (:meth:`full_tables`)
+        self.full = False
+        self._summaries: dict[int, StepSummary] = {}
+        self._notable: dict[int, StepSummary] = {}
         self._lock = threading.RLock()
 
     # -- identity -----------------------------------------------------------------------------------
@@ -119,6 +131,39 @@ class RemoteSource(Reader):
         if not frames:
             raise P.ProtocolError("a tensor reply without its data frame")
         return P.frame_array(meta, frames[0])
+
+    # -- summary mode ---------------------------------------------------------------------------------
+    def step_summary(self, step: int) -> StepSummary | None:
+        """The :class:`~nbdebug.job.summary.StepSummary` the process sent for ``step`` (summary mode), or None
+        (a full-mode process sends none: the job summarises its tables)."""
+        return self._summaries.get(step) or self._notable.get(step)
+
+    def summary_steps(self) -> list[int]:
+        """The steps with a summary kept here (the latest :data:`SUMMARIES_KEPT`, and notable older ones)."""
+        return sorted({*self._notable, *self._summaries})
+
+    def full_tables(self, on: bool = True) -> list[int]:
+        """Summary mode: have the process send its full statistics tables — the window it holds now (they are
+        here when this returns) and every step's from then on (``on=False``: summaries alone again; the
+        tables received stay). Returns the steps of the window sent. A no-op in full mode."""
+        if self.detail != "summary" or (self.full and on):
+            return sorted(self.session.steps)
+        result, _ = self._request("tables", on=bool(on))
+        self.full = bool(result.get("full"))
+        return [int(s) for s in result.get("steps", ())]
+
+    def _put_summary(self, rec: Any, step: int) -> None:
+        summary = StepSummary.from_dict(rec)
+        if summary.step != step:
+            raise P.ProtocolError(f"the summary of step {summary.step} in step {step}'s message")
+        self._summaries[step] = summary
+        while len(self._summaries) > SUMMARIES_KEPT:
+            old = next(iter(self._summaries))  # the earliest received
+            gone = self._summaries.pop(old)
+            if gone.origin is not None or gone.hits:
+                self._notable[old] = gone
+                if len(self._notable) > NOTABLE_KEPT:
+                    del self._notable[next(iter(self._notable))]
 
     def recheck(self) -> list[HitRecord]:
         result, _ = self._request("recheck")
@@ -244,6 +289,8 @@ class RemoteSource(Reader):
                 step = int(head["step"])
                 if head.get("monitor") is not None:  # the step's monitor row: the last two frames
                     self._monitor.apply(head["monitor"], frames[-2:], step, self.session.monitor)
+                if head.get("summary") is not None:  # summary mode (hub.py's SUMMARY_ABOVE)
+                    self._put_summary(head["summary"], step)
                 if head.get("table") is not None:
                     self.session.put_step(step, P.read_table(head["table"], frames, self._names))
                 else:  # a step with no statistics (level="monitor")
@@ -274,6 +321,7 @@ class RemoteSource(Reader):
         self.session.reset()
         self._names.clear()
         self._monitor.reset()  # the monitor's rows stay: the run's series go on
+        self.full = False  # the process forgot a request for full tables (summaries stay: they describe the past)
         self._apply_graph(head)
         self._replace_watchpoints(head.get("watchpoints", ()))
         self.watchpoints.hits = ([h for h in self.watchpoints.hits if h.condition == "ODD_RANK"]  # the job's

@@ -176,10 +176,21 @@ class JobPanel(w.VBox):
 
     # -- the rank shown ----------------------------------------------------------------------------
     def select_rank(self, rank: int) -> Panel:
-        """Show ``rank``'s source in every view (keeping the selected node and offline step when it has them)."""
-        src = self.job.source(rank)
+        """Show ``rank``'s source in every view (keeping the selected node and offline step when it has them).
+        A remote rank in summary mode (many ranks) sends its full tables while it is shown (``job.rank``)."""
         if self.panel is not None and self.rank == rank:
             return self.panel
+        try:
+            src = self.job.rank(rank)
+        except (TimeoutError, RuntimeError) as e:  # the process did not answer: its summaries are still shown
+            src = self.job.source(rank)
+            self.status.value = html.escape(f"rank {rank}: no full statistics ({e})")
+        previous = self.job.source(self.rank) if self.panel is not None and self.rank in self.job.ranks else None
+        if getattr(previous, "full", False) and getattr(previous, "connected", False):
+            try:
+                previous.full_tables(False)  # summaries alone again for the rank no longer shown
+            except (TimeoutError, RuntimeError):
+                pass
         old = self.panel
         node = old.selected if old is not None else None
         step = old.source.step if old is not None and not old.source.live else None
