@@ -36,6 +36,7 @@ What it measures, as 0-d tensors on the values' devices, moved to the host once 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -146,6 +147,7 @@ class TorchMonitor:
     def _module_hook(self, name: str) -> Callable:
         c_norm, c_max, c_grad = (self.col((name, f)) for f in ("output_norm", "output_max_abs", "grad_input_norm"))
         rows, seen, adapter = self._rows, self._seen, self.adapter
+        guard = adapter.level == "L1"  # only L1 has an op mode that must not record the probe's ops
 
         def grad_hook(grad: torch.Tensor, gen: int) -> None:
             if gen == self._gen and not self.closed and grad is not None:
@@ -153,20 +155,23 @@ class TorchMonitor:
                     rows.append((self._buf.add(grad.detach())[0], c_grad, -1))
 
         def hook(mod: torch.nn.Module, args: tuple, output: Any) -> None:
-            if id(mod) in seen or not self._active():
+            key = id(mod)
+            if key in seen or self.closed or not adapter.capturing or adapter.busy:
                 return
-            seen.add(id(mod))
+            adapter.session.recorder.active = True
+            seen.add(key)
             t = output if type(output) is torch.Tensor else first_tensor(output)
             if t is None or not t.is_floating_point() or t.layout is not torch.strided or not t.numel():
                 return
-            adapter.busy = True  # an op mode (L1) must not record these
+            if guard:
+                adapter.busy = True
             try:
                 rows.append((self._buf.add(t.detach())[0], c_norm, c_max))
                 if t.requires_grad and t.grad_fn is not None:  # never a hook on a leaf (a parameter)
-                    gen = self._gen
-                    t.register_hook(lambda g: grad_hook(g, gen))
+                    t.register_hook(functools.partial(grad_hook, gen=self._gen))  # one Python frame in backward
             finally:
-                adapter.busy = False
+                if guard:
+                    adapter.busy = False
 
         return hook
 
