@@ -65,6 +65,16 @@ MS_BIAS_SPLIT = {
     "matmul": "linear",
 }
 
+#: MindSpore cell / op classes (lower case) → PyTorch's (compare's structural matching)
+MS_TO_PT_CLASS = {
+    "dense": "linear",
+    "sequentialcell": "sequential",
+    "celllist": "modulelist",
+    "celldict": "moduledict",
+    "fastgelu": "gelu",
+    "softmaxcrossentropywithlogits": "crossentropyloss",
+}
+
 #: MindSpore API prefixes → the PyTorch prefixes to try, in order
 MS_TO_PT_PREFIX = {
     "Mint": ("Torch", "Tensor"),
@@ -89,11 +99,15 @@ class MindSporeBackend(Backend):
     api_to_torch = MS_TO_PT_API
     prefix_to_torch = MS_TO_PT_PREFIX
     param_to_torch = MS_TO_PT_PARAM
+    class_to_torch = MS_TO_PT_CLASS
     bias_split = MS_BIAS_SPLIT
     bias_add_apis = frozenset({"bias_add", "biasadd"})
+    module_prefix = "Cell"
+    dump_layouts = ("kernel",)
     adapter_module = ".adapter"
     io_module = ".io"
     io_class = "MindSporeIO"
+    replay_module = ".replay_state"
 
     def info(self, model: Any) -> tuple[str, str]:
         from .adapter import mindspore_info
@@ -105,6 +119,17 @@ class MindSporeBackend(Backend):
         from .adapter import MindSporeAdapter
 
         return MindSporeAdapter(model, level, session, retain=retain, graph_every=graph_every)
+
+    def has_parameters(self, model: Any) -> bool:
+        return bool(list(model.get_parameters()))
+
+    def load_dump(self, layout: str, path: str, rank: int | None = None) -> Any:
+        """A graph-mode kernel dump (``rank_*/{net}/{graph}/{iteration}/*.npy``, ``layout="kernel"``)."""
+        if layout not in self.dump_layouts:
+            return super().load_dump(layout, path, rank)
+        from .kernel_load import load_kernel_dump
+
+        return load_kernel_dump(path, rank=rank)
 
     def model_list(self, models: list[Any]) -> Any:
         import mindspore.nn as msnn
