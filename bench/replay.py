@@ -1,17 +1,20 @@
 """The cost of keeping each step's pre-step state for replay (``@dbg.step_fn``, ``replay_window=1``).
 
-Runs zoo workloads (``bench/zoo.py``; ``--size real``: published sizes) at a capture level twice — plain, and
-with the step function marked so that each step keeps its pre-step state — and reports the time per step of
-both (process CPU time, median of the timed steps), their ratio, and the bytes the kept state copies (and
-holds by reference: the previous step's gradients) per step. Then one replay at ``mix`` (its time, and
-whether it came out bitwise). Example::
+Runs zoo workloads (``bench/zoo.py``; ``--size real``: published sizes) at a capture level, interleaved: each
+round one plain step and one step that keeps its pre-step state (same Debugger, same step function taking
+the batch as its argument; the order alternates), and reports the time per step of both (process CPU time,
+median over rounds), the median of the per-round ratios, and the bytes the kept state copies (and holds by
+reference: the previous step's gradients, frozen parameters) per step. Then one replay at ``mix`` of the
+last kept step (its time, whether it came out bitwise, its first mismatch) and the machine's load average.
+Example::
 
-    python bench/replay.py --models gpt2,bert,resnet --size real --steps 3
+    python bench/replay.py --models gpt2,bert,resnet --size real --rounds 4
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -25,7 +28,9 @@ from zoo import make_zoo_workload  # noqa: E402
 import nbdebug  # noqa: E402
 
 
-def timed(wl, level: str, steps: int, warmup: int, keep: bool) -> dict:
+def measure(wl, level: str, rounds: int, warmup: int) -> dict:
+    """Interleaved: each round runs one plain step and one step that keeps its pre-step state (the order
+    alternates between rounds), through the same Debugger and step function (``replay_window`` 0 / 1)."""
     opt = wl.reset()
     dbg = nbdebug.Debugger(wl.model, level=level, replay_budget=1 << 40, memory_budget=256 * 2**20)
 
@@ -42,20 +47,28 @@ def timed(wl, level: str, steps: int, warmup: int, keep: bool) -> dict:
             opt.step()
         return loss
 
-    step = dbg.step_fn(train, optimizers=opt, scalers=wl._scaler) if keep else train
-    times = []
-    for i in range(warmup + steps):
-        t = time.process_time()
-        step(wl.batches[i % len(wl.batches)])
-        if i >= warmup:
-            times.append(time.process_time() - t)
-    out = {"step_s": statistics.median(times)}
-    if keep:
-        kept = dbg._replay.get("last")
-        out["kept_bytes"], out["held_bytes"] = kept.state.nbytes, kept.state.held
-        t = time.process_time()
-        r = dbg.replay(level="mix")
-        out["replay_s"], out["bitwise"] = time.process_time() - t, r.bitwise
+    step = dbg.step_fn(train, optimizers=opt, scalers=wl._scaler)
+    keeper = dbg._replay
+    times: dict[int, list[float]] = {0: [], 1: []}
+    i = 0
+    for r in range(warmup + rounds):
+        for keep in ((0, 1) if r % 2 == 0 else (1, 0)):
+            keeper.window = keep  # 0: the step function runs as is, nothing kept
+            t = time.process_time()
+            step(wl.batches[i % len(wl.batches)])
+            i += 1
+            if r >= warmup:
+                times[keep].append(time.process_time() - t)
+    keeper.window = 1
+    step(wl.batches[i % len(wl.batches)])  # a kept step to replay
+    kept = dbg._replay.get("last")
+    ratios = [k / p for p, k in zip(times[0], times[1], strict=True)]
+    out = {"plain_s": statistics.median(times[0]), "step_s": statistics.median(times[1]),
+           "ratio": statistics.median(ratios), "kept_bytes": kept.state.nbytes, "held_bytes": kept.state.held}
+    t = time.process_time()
+    r = dbg.replay(level="mix")
+    out["replay_s"], out["bitwise"] = time.process_time() - t, r.bitwise
+    out["first_mismatch"] = str(r.mismatches[0]) if r.mismatches else ""
     dbg.close()
     return out
 
@@ -65,21 +78,20 @@ def main(argv=None) -> dict:
     ap.add_argument("--models", default="gpt2,bert,resnet")
     ap.add_argument("--size", default="real")
     ap.add_argument("--level", default="L0")
-    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=4, help="timed rounds (one plain and one kept step each)")
     ap.add_argument("--warmup", type=int, default=1)
     a = ap.parse_args(argv)
     rows = {}
     for name in a.models.split(","):
         wl = make_zoo_workload(name, size=a.size)
         params = sum(p.numel() for p in wl.model.parameters())
-        plain = timed(wl, a.level, a.steps, a.warmup, keep=False)
-        kept = timed(wl, a.level, a.steps, a.warmup, keep=True)
-        rows[name] = dict(kept, params=params, plain_s=plain["step_s"], ratio=kept["step_s"] / plain["step_s"])
-        r = rows[name]
+        rows[name] = r = dict(measure(wl, a.level, a.rounds, a.warmup), params=params)
         print(f"{name:10s} {params / 1e6:6.1f}M params  {a.level} {r['plain_s']:.3f}s/step"
               f"  +keep {r['step_s']:.3f}s/step"
-              f"  x{r['ratio']:.3f}  kept {r['kept_bytes'] / 2**20:.0f} MiB (+{r['held_bytes'] / 2**20:.0f} MiB held)"
-              f"  replay@mix {r['replay_s']:.2f}s bitwise={r['bitwise']}", flush=True)
+              f"  x{r['ratio']:.3f} (median of rounds)  kept {r['kept_bytes'] / 2**20:.0f} MiB"
+              f" (+{r['held_bytes'] / 2**20:.0f} MiB held)"
+              f"  replay@mix {r['replay_s']:.2f}s bitwise={r['bitwise']} {r['first_mismatch']}"
+              f"  (load average {os.getloadavg()[0]:.1f})", flush=True)
     return rows
 
 
