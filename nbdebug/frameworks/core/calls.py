@@ -208,14 +208,15 @@ class Calls:
         return node
 
     # -- optimizer --------------------------------------------------------------------------------
-    def optimizer_done(self, cls: str, params: list[tuple[str, Any]]) -> None:
+    def optimizer_done(self, cls: str, params: list[tuple[str, Any]], state: Any = ()) -> None:
         """The model's optimizer ran: its node (none at the monitor level), then the step end unless the user
-        marks steps."""
+        marks steps. ``state``: ``(qual, key, tensor)`` of the optimizer's per-parameter state after the step
+        (see :meth:`optimizer_step`)."""
         if self.capturing and self.level.records_tensors:
             self.busy = True
             try:
                 with self.ops.quiet():
-                    node = self.optimizer_step(cls, params)
+                    node = self.optimizer_step(cls, params, state)
             finally:
                 self.busy = False
             self.emit_node(node)
@@ -223,8 +224,13 @@ class Calls:
         if self.auto_step and self.capturing:
             self.end_step()
 
-    def optimizer_step(self, cls: str, params: list[tuple[str, Any]]) -> Any:
-        """Record an optimizer's step over ``(qual, parameter)`` pairs, after it ran; returns the node."""
+    def optimizer_step(self, cls: str, params: list[tuple[str, Any]], state: Any = ()) -> Any:
+        """Record an optimizer's step over ``(qual, parameter)`` pairs, after it ran; returns the node.
+
+        ``state``: ``(qual, key, tensor)`` triples, the optimizer's state after the step (``exp_avg`` ...),
+        recorded as slots ``{key}.{qual}``: the per-parameter statistics of the step whichever
+        implementation ran it (one op per parameter, ``foreach`` lists, a fused kernel). A kernel that
+        updates tensors without bumping their version counter: the adapter drops their records first."""
         name = f"Optimizer.{cls}.step.{self._opt_calls}"
         self._opt_calls += 1
         node = self.session.node(name, kind="op", op_type="step", scope="optimizer", section="optimizer")
@@ -242,4 +248,10 @@ class Calls:
             last = self._pgrad_last.get(qual)
             if last is not None:
                 graph.add_edge(last[0], name, last[1], slot)
+        for qual, key, t in state:
+            slot = f"{key}.{qual}"
+            if not self.ops.has_versions:
+                self._seen.pop(id(t), None)
+            self.slot(node, slot, t, as_input=False, origin=False, keep=False)
+            self.session.store.refuse((name, slot), f"not retained: {name} {slot} is kept as statistics only")
         return node
