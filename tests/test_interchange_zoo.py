@@ -9,6 +9,9 @@ summation order) with no tool at all, each in its own subprocess:
   attribute made at construction): msProbe patches ``torch.nn.functional.gelu`` at ``start()`` and never
   sees the call; the model ran it, and we record it (``Functional.gelu.*``, forward and backward). The
   other entries are the same.
+* a module whose output is overwritten in place (BatchNorm2d then ``ReLU(inplace=True)``): msProbe's full
+  backward hook does not fire; BatchNorm's backward ran, and our entry's ``input.0`` is the gradient the
+  ReLU's backward handed it (msProbe's in-place ReLU backward repeats its output gradient as its input's).
 * msProbe's full backward hooks put ``BackwardHookFunction`` nodes into the graph: autograd sums a
   tensor's gradient shares in another order, so its run is not bitwise the plain run; ours is.
 """
@@ -81,10 +84,20 @@ class Order(nn.Module):  # a tensor with several consumers: its gradient is a su
         return self.head(self.blocks(h) + h)
 
 
-model = {"radd": Radd, "bound": Bound, "order": Order}[case]()
-n_in, n_out = (8, 16) if case == "order" else (8, 8)
-xs = [torch.randn(32, 8) for _ in range(2)]
-ys = [torch.randn(32, 4 if case == "order" else 8) for _ in range(2)]
+class BnRelu(nn.Module):  # ResNet's stem: BatchNorm's output overwritten by ReLU(inplace=True)
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(2, 4, 3, padding=1, bias=False)
+        self.bn = nn.BatchNorm2d(4)
+        self.relu = nn.ReLU(inplace=True)
+
+    def forward(self, x):
+        return self.relu(self.bn(self.conv(x))).mean((2, 3))
+
+
+model = {"radd": Radd, "bound": Bound, "order": Order, "bn": BnRelu}[case]()
+xs = [torch.randn(4, 2, 5, 5) if case == "bn" else torch.randn(32, 8) for _ in range(2)]
+ys = [torch.randn(4 if case == "bn" else 32, {"order": 4, "bn": 4}.get(case, 8)) for _ in range(2)]
 os.makedirs(out, exist_ok=True)
 cfg = os.path.join(out, "config.json")
 with open(cfg, "w") as f:
@@ -116,7 +129,7 @@ torch.save(grads, os.path.join(out, "grads.pt"))
 
 RUNS = [("msprobe", "radd", "L1"), ("nbdebug", "radd", "L1"), ("msprobe", "bound", "mix"),
         ("nbdebug", "bound", "mix"), ("plain", "order", "L0"), ("msprobe", "order", "L0"),
-        ("nbdebug", "order", "L0")]
+        ("nbdebug", "order", "L0"), ("msprobe", "bn", "mix"), ("nbdebug", "bn", "mix")]
 
 
 @pytest.fixture(scope="module")
@@ -177,3 +190,18 @@ def test_msprobe_hooks_change_gradient_summation_order_ours_do_not(runs):
     assert (0, "emb.weight") in differ  # h's gradient: the skip's and the blocks' shares, summed otherwise
     for s, k in differ:  # ... in the last bits only
         torch.testing.assert_close(theirs[s][k], plain[s][k], rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("step", [0, 1])
+def test_module_overwritten_in_place_msprobe_misses_its_backward(runs, step):
+    ours = _data(runs[("nbdebug", "bn", "mix")], step)
+    theirs = _data(runs[("msprobe", "bn", "mix")], step)
+    assert [k for k in ours if k not in theirs] == ["Module.bn.BatchNorm2d.backward.0"]
+    assert [k for k in theirs if k not in ours] == []
+    bn, relu = ours["Module.bn.BatchNorm2d.backward.0"], ours["Functional.relu.0.backward"]
+    assert bn["input"][0] == relu["output"][0]  # what reached BatchNorm's backward: the ReLU's input gradient
+    assert bn["output"][0] == ours["Module.conv.Conv2d.backward.0"]["input"][0]
+    assert relu["output"][0] != relu["input"][0]  # zero where BatchNorm's output was negative
+    theirs_relu = theirs["Functional.relu.0.backward"]
+    assert theirs_relu["output"][0] == theirs_relu["input"][0]  # msProbe repeats the output gradient
+    assert theirs["Module.bn.BatchNorm2d.parameters_grad.0"] == ours["Module.bn.BatchNorm2d.parameters_grad.0"]
