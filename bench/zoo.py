@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import os
 import shutil
@@ -69,8 +70,7 @@ import torch.nn.functional as F
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from overhead import _dir_bytes, _hook_census, _msprobe_config, _timed_block, use_clock  # noqa: E402
-from overhead import run_nbdebug as _run_nbdebug  # noqa: E402
+from overhead import _dir_bytes, _hook_census, _import_nbdebug, _msprobe_config, _timed_block, use_clock  # noqa: E402
 
 MODELS = ("gpt2", "gpt2_ckpt", "bert", "t5", "llama_amp", "vit", "resnet", "mobilenet")
 SIZES = ("small", "real")
@@ -403,8 +403,42 @@ def _real_workload(name: str, seed: int) -> ZooWorkload:
 timed = _timed_block
 
 
+#: (model, level) -> (node executions, tensor slots) per step of the last nbdebug run: the per-op cost's divisors
+CENSUS: dict[tuple[str, str], tuple[int, int]] = {}
+
+
 def run_nbdebug(wl: ZooWorkload, level: str, steps: int, warmup: int, clean: dict[str, int]) -> float:
-    return _run_nbdebug(wl, steps, warmup, {"level": level}, clean)
+    """As ``overhead.run_nbdebug``; also notes how many ops (node executions) and tensors (slots) a step
+    records (:data:`CENSUS`): the last finished step's statistics table, one distinct node name per execution."""
+    nbdebug = _import_nbdebug()
+    opt = wl.reset()
+    dbg = nbdebug.Debugger(wl.model, level=level)
+    try:
+        ms = timed(wl, opt, steps, warmup)
+        assert dbg.step_index >= steps + warmup, f"nbdebug recorded {dbg.step_index} steps"
+        table = dbg.session.steps.get(dbg.step_index - 1)
+        keys = table.keys if table is not None else []
+        CENSUS[(wl.name, level)] = (len({k[0] for k in keys}), len(keys))
+    finally:
+        dbg.close()
+    del dbg
+    gc.collect()
+    left = _hook_census(wl.model)
+    if left != clean:
+        raise RuntimeError(f"nbdebug level={level} left instrumentation behind: {left} (clean: {clean})")
+    return ms
+
+
+def per_op_cost(ms: float, base_ms: float, census: tuple[int, int]) -> tuple[float, float]:
+    """(µs per captured op, µs per captured tensor): the step time nbdebug adds over the count it records —
+    the physical measure that carries over to a device where the step itself takes milliseconds.
+
+    >>> per_op_cost(12.0, 10.0, (400, 1000))
+    (5.0, 2.0)
+    """
+    extra_us = (ms - base_ms) * 1e3
+    ops, tensors = census
+    return (extra_us / ops if ops else float("nan"), extra_us / tensors if tensors else float("nan"))
 
 
 def msprobe_worker(spec: dict[str, Any]) -> dict[str, Any]:
@@ -510,13 +544,39 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             med = statistics.median(times[(m, cfg)])
             ref = statistics.median(local[(m, cfg)]) if (m, cfg) in local else base
             row[cfg] = med / ref
+            lv = cfg.split("-", 1)[1]
+            if cfg.startswith("nbdebug-") and CENSUS.get((m, lv), (0, 0))[0]:
+                row[f"ops-{lv}"], row[f"tensors-{lv}"] = CENSUS[(m, lv)]
+                row[f"us_per_op-{lv}"], row[f"us_per_tensor-{lv}"] = per_op_cost(med, base, CENSUS[(m, lv)])
         rows[m] = row
     print(format_table(rows, configs, levels, args.size))
+    print(format_costs(rows, levels))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     result = {"rows": rows, "args": vars(args), "load": os.getloadavg()}
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
     return result
+
+
+def format_costs(rows: dict[str, dict[str, float]], levels: list[str]) -> str:
+    """µs per captured op / per captured tensor, per model and level, with the medians (target ≤ 8 µs per op
+    at L1)."""
+    lvs = [lv for lv in levels if any(f"us_per_op-{lv}" in r for r in rows.values())]
+    out = ["per captured op / tensor (µs; ops, tensors per step):",
+           f"{'model':12s} " + " ".join(f"{lv:>28s}" for lv in lvs)]
+    for m, row in rows.items():
+        cells = [f"{row[f'us_per_op-{lv}']:6.1f}/op {row[f'us_per_tensor-{lv}']:5.1f}/t "
+                 f"({int(row[f'ops-{lv}'])}, {int(row[f'tensors-{lv}'])})" if f"us_per_op-{lv}" in row else "-"
+                 for lv in lvs]
+        out.append(f"{m:12s} " + " ".join(f"{c:>28s}" for c in cells))
+    for lv in lvs:
+        per_op = [r[f"us_per_op-{lv}"] for r in rows.values() if f"us_per_op-{lv}" in r]
+        per_t = [r[f"us_per_tensor-{lv}"] for r in rows.values() if f"us_per_tensor-{lv}" in r]
+        line = f"median {lv}: {statistics.median(per_op):.1f} µs/op, {statistics.median(per_t):.1f} µs/tensor"
+        if lv == "L1":
+            line += f" (target ≤ 8 µs/op: {'met' if statistics.median(per_op) <= 8 else 'NOT met'})"
+        out.append(line)
+    return "\n".join(out)
 
 
 def format_table(rows: dict[str, dict[str, float]], configs: list[str], levels: list[str], size: str = "small") -> str:
