@@ -179,3 +179,50 @@ def test_finding_a_backend_imports_no_framework_it_does_not_need():
                          env={**os.environ, "PYTHONPATH": os.path.dirname(ROOT)})
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "ok"
+
+
+#: string constants outside ``frameworks/`` allowed to spell a framework's module-call prefix ("path:text");
+#: docstrings and doctests are examples, not knowledge, and are not scanned. Empty: ask the registry
+#: (``module_prefixes()``, ``is_module_name()``, ``Backend.module_prefix``) instead.
+PREFIX_ALLOWED: set[str] = set()
+_PREFIX_TEXT = r"^(?:Module|Cell)(?:\.|$)|\b(?:Module|Cell)\|"
+
+
+def framework_prefix_strings() -> list[str]:
+    """``path:line text`` of every string constant outside ``frameworks/`` (docstrings aside) that is a
+    framework's module prefix (``"Module"``, ``"Cell."``, ``f"Module.{path}"``, ``r"(?:Module|Cell)\\."``)."""
+    import re
+
+    pattern = re.compile(_PREFIX_TEXT)
+    out = []
+    for folder, _, files in os.walk(ROOT):
+        if os.path.relpath(folder, ROOT).split(os.sep)[0] == "frameworks":
+            continue
+        for f in files:
+            if not f.endswith(".py"):
+                continue
+            path = os.path.join(folder, f)
+            with open(path, encoding="utf-8") as fh:
+                tree = ast.parse(fh.read())
+            docs = {id(n.body[0].value) for n in ast.walk(tree)
+                    if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                    and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+            rel = os.path.relpath(path, os.path.dirname(ROOT))
+            out.extend(f"{rel}:{n.lineno} {n.value!r}" for n in ast.walk(tree)
+                       if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs
+                       and pattern.search(n.value) and f"{rel}:{n.value}" not in PREFIX_ALLOWED)
+    return out
+
+
+def test_the_prefix_scan_sees_what_it_looks_for():
+    import re
+
+    pattern = re.compile(_PREFIX_TEXT)
+    assert all(pattern.search(s) for s in ("Module", "Cell.", "Module.fc", "^(?:Module|Cell)\\."))
+    assert not any(pattern.search(s) for s in ("Modules", ".jp-Cell-outputArea", "Parameter.", "a Module"))
+
+
+def test_no_module_outside_frameworks_spells_a_frameworks_module_prefix():
+    """Which first name component marks a module (cell) call is framework knowledge: ``frameworks/registry.py``
+    answers it (``module_prefixes``, ``is_module_name``, ``Backend.module_prefix``)."""
+    assert framework_prefix_strings() == []

@@ -8,7 +8,7 @@ Four ways, tried in this order for every target node:
    names are first brought to PyTorch's spelling: ``Cell.a.b.Dense.forward.0`` ↔ ``Module.a.b.Linear.forward.0``
    (module path, direction and call count; the class may differ), ``Mint.x`` → ``Torch.x``,
    ``MintFunctional.x`` → ``Functional.x``, ``Functional.x`` (mindspore.ops) → ``Torch.x`` or
-   ``Functional.x``, a few renamed APIs (:data:`MS_TO_PT_API`), and parameter names
+   ``Functional.x``, a few renamed APIs (the backend's ``api_to_torch``), and parameter names
    ``gamma/beta/moving_mean/moving_variance/embedding_table`` → ``weight/bias/running_mean/running_var/weight``;
    Across frameworks an op is first paired by its module: the k-th call of an API inside one module
    (``x.relu()`` and ``F.relu(x)`` alike) with the k-th call of that API inside the same module of the
@@ -28,41 +28,34 @@ Four ways, tried in this order for every target node:
 from __future__ import annotations
 
 import difflib
+import functools
 from collections.abc import Callable, Mapping, Sequence
 
 from ..dump.names import parse_name
-from ..frameworks.registry import Backend, backend_for_names, backend_named
+from ..frameworks.registry import Backend, backend_for_names, backend_named, backends
 
-_MS = backend_named("mindspore")  # class attributes only: mindspore is not imported
-
-# MindSpore's spellings of PyTorch's names live in its backend; kept here under their old names
-MS_TO_PT_PARAM = _MS.param_to_torch
-PT_TO_MS_PARAM = {
-    "weight": ("gamma", "embedding_table"),
-    "bias": ("beta",),
-    "running_mean": ("moving_mean",),
-    "running_var": ("moving_variance",),
-}
-MS_TO_PT_API = _MS.api_to_torch
-MS_TO_PT_PREFIX = _MS.prefix_to_torch
-
-#: module / op class synonyms used by structural matching (lower case → canonical)
+#: module / op class synonyms used by structural matching (lower case → canonical); each backend adds its own
+#: spellings of PyTorch's classes (``Backend.class_to_torch``: ``Dense`` → ``Linear``, ``SequentialCell``)
 CLASS_SYNONYMS = {
-    "dense": "linear",
     "matmul": "linear",
-    "sequentialcell": "sequential",
-    "celllist": "modulelist",
-    "celldict": "moduledict",
-    "fastgelu": "gelu",
     "batchnorm1d": "batchnorm",
     "batchnorm2d": "batchnorm",
     "batchnorm3d": "batchnorm",
-    "softmaxcrossentropywithlogits": "crossentropyloss",
     "mseloss": "mseloss",
     "mse_loss": "mseloss",
 }
 
-MS_PREFIXES = _MS.name_prefixes
+
+@functools.lru_cache(maxsize=4)
+def _synonyms(of: tuple[Backend, ...]) -> tuple[dict[str, str], dict[str, str]]:
+    """(class synonyms, API names in PyTorch's spelling) over the backends ``of``."""
+    classes, apis = dict(CLASS_SYNONYMS), {}
+    for b in of:
+        for k, v in b.class_to_torch.items():
+            classes.setdefault(k, v)
+        for k, v in b.api_to_torch.items():
+            apis.setdefault(k, v)
+    return classes, apis
 
 
 def framework_of_names(names: Sequence[str]) -> str:
@@ -97,7 +90,7 @@ def canonical_keys(name: str, framework: str, *, cross: bool, counts: bool = Tru
         if not cross:
             base = name if counts else name.rsplit(".", 1)[0]
             return [base]
-        core = f"Module.{info.path}.{info.direction}"
+        core = f"{backend_named('pytorch').module_prefix}.{info.path}.{info.direction}"  # the common spelling
         return [f"{core}.{info.count}" if counts else core]
     if info.kind == "parameter":  # Parameter.{path}.{name}
         if b is not None:
@@ -155,8 +148,9 @@ class NodeDesc:
 
     def signature(self) -> tuple:
         op = self.op_type.lower().lstrip("_").rstrip("_")
-        op = CLASS_SYNONYMS.get(op, op)
-        op = MS_TO_PT_API.get(op, op)
+        classes, apis = _synonyms(tuple(backends()))
+        op = classes.get(op, op)
+        op = apis.get(op, op)
         return (self.kind, op, self.out_shapes)
 
 

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from ..dump.json_read import require_regular
-from .mapping import PT_TO_MS_PARAM
+from ..frameworks.registry import backend_named
 from .metrics import close_report
 from .table import TupleTable
 
@@ -134,7 +134,7 @@ def _counts(values: Mapping[str, np.ndarray], trainable: set[str]) -> ParamCount
 def _ms_candidates(pt_name: str) -> list[str]:
     path, _, leaf = pt_name.rpartition(".")
     out = [pt_name]
-    for alt in PT_TO_MS_PARAM.get(leaf, ()):
+    for alt in backend_named("mindspore").params_from_torch(leaf):
         out.append(f"{path}.{alt}" if path else alt)
     return out
 

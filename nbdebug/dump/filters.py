@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import re
 
+from ..frameworks.registry import is_module_name, module_prefixes
+
 # APIs that only reshape, cast, copy or create tensors: msProbe's "low risk" set, skipped under FOCUS.
 LOW_RISK_APIS = frozenset({
     "squeeze", "unsqueeze", "reshape", "reshape_as", "view", "view_as", "flatten", "unflatten", "expand",
@@ -48,7 +50,6 @@ CORE_APIS = frozenset({
     "embedding", "embedding_bag", "multi_head_attention_forward", "scaled_dot_product_attention",
 })
 
-_MODULE_PREFIXES = ("Module", "Cell")
 _API_SUFFIX = re.compile(r"\.\d+\.(forward|backward)$")
 
 
@@ -64,7 +65,7 @@ def risk_keeps(risk_level: str, name: str) -> bool:
     if risk_level == "ALL":
         return True
     prefix, api = _api_of(name)
-    if prefix in _MODULE_PREFIXES:
+    if prefix in module_prefixes():
         return True
     if risk_level == "CORE":
         return api in CORE_APIS
@@ -85,7 +86,7 @@ class Selection:
             else:
                 self.plain.append(n)
         self.has_names = bool(names)
-        kinds = {n.split(".", 1)[0] in _MODULE_PREFIXES for n in self.scope}
+        kinds = {is_module_name(n) for n in self.scope}
         self.module_range = bool(self.scope) and kinds == {True} and level != "mix"
         self.in_scope = False
         self._in_list: set[str] = set()  # modules (mix) whose name matched the list and are running

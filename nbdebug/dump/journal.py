@@ -30,8 +30,9 @@ import os
 import threading
 from typing import Any
 
+from ..frameworks.registry import module_prefixes
+
 JOURNAL = ".nbdebug_journal.jsonl"
-_MODULE_PREFIXES = ("Module.", "Cell.")
 
 
 def write_json_atomic(path: str, obj: Any) -> None:
@@ -69,6 +70,7 @@ class Assembler:
         self.debug: dict[str, Any] = {}
         self.records = 0
         self._pending: dict[str, Any] | None = None
+        self._module_heads = tuple(f"{p}." for p in module_prefixes())  # "Module.", "Cell."
 
     def add(self, rec: dict[str, Any]) -> None:
         self.records += 1
@@ -80,7 +82,7 @@ class Assembler:
             old = self.data.get(name)
             if old is None:
                 self.data[name] = dict(part)
-            elif name.startswith(_MODULE_PREFIXES):  # msProbe moves an updated module entry to the end
+            elif name.startswith(self._module_heads):  # msProbe moves an updated module entry to the end
                 old.update(part)
                 del self.data[name]
                 self.data[name] = old

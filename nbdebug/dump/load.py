@@ -6,7 +6,8 @@ Layouts recognised (``detect_layout``):
   ``dump_tensor_data/*.npy|*.pt``), written by nbdebug or by ``mindstudio-probe`` for PyTorch or MindSpore.
   ``path`` may be the dump root, one ``step{N}`` folder, one rank folder, or a ``dump.json`` file.
 * ``kernel`` — a MindSpore graph-mode kernel dump (``rank_*/{net}/{graph}/{iteration}/*.npy`` with
-  ``graphs/`` and ``execution_order/``); read by ``nbdebug.frameworks.mindspore.kernel_load.load_kernel_dump``.
+  ``graphs/`` and ``execution_order/``); read by the backend whose ``dump_layouts`` holds it (MindSpore's
+  ``load_dump``, ``frameworks/registry.py``: :func:`~nbdebug.frameworks.registry.backend_for_layout`).
 * ``npy`` — a folder of ``.npy`` files saved by hand (TroubleShooter style, ``0_conv1.npy`` ...): one node
   per file, in the order of their numeric prefix (then name), statistics computed from the values.
 
@@ -47,6 +48,7 @@ from typing import Any
 
 import numpy as np
 
+from ..frameworks.registry import backend_for_layout
 from ..offline import DumpProblem, DumpSession, OfflineSession, TensorFile, read_framework_file, read_tensor_file
 from ..session.stats import FIELDS
 from .builder import Builder
@@ -107,17 +109,19 @@ def _load_npy_dir(path: str, session: DumpSession, problems: list[DumpProblem], 
     session.add_step(0, keys, dtypes, shapes, values, files=tfiles)
 
 
-def _load_kernel(path: str, rank: int | str | None) -> Any:
-    try:
-        from ..frameworks.mindspore.kernel_load import load_kernel_dump
-    except ImportError as e:
-        raise NotImplementedError(
-            f"{path} is a MindSpore kernel dump, which needs nbdebug.frameworks.mindspore.kernel_load.load_kernel_dump "
-            f"(not available: {e})") from None
+def _load_framework_layout(layout: str, path: str, rank: int | str | None) -> Any:
+    """A dump in a layout of one framework's own (``"kernel"``), read by that framework's backend."""
+    backend = backend_for_layout(layout)
+    if backend is None:
+        raise NotImplementedError(f"{path} is a {layout} dump, which no framework backend reads")
     if isinstance(rank, str):
         digits = re.sub(r"\D", "", rank)
         rank = int(digits) if digits else None
-    return load_kernel_dump(path, rank=rank)
+    try:
+        return backend.load_dump(layout, path, rank=rank)
+    except ImportError as e:
+        raise NotImplementedError(f"{path} is a {backend.name} {layout} dump, which needs {backend.name}'s "
+                                  f"reader (not available: {e})") from None
 
 
 # ------------------------------------------------------------------------------------------------
@@ -177,8 +181,8 @@ def load(path: str | os.PathLike, *, rank: int | str | None = None, steps: Itera
 def _load(path: str, layout: str, rank: int | str | None, steps: Iterable[int] | None, exact: bool | None,
           progress: Progress | None, warn: bool) -> OfflineSession:
     report = progress or _stderr_progress()
-    if layout == "kernel":
-        session = _load_kernel(path, rank)
+    if layout not in ("msprobe", "npy"):  # a framework's own layout ("kernel")
+        session = _load_framework_layout(layout, path, rank)
         off = OfflineSession(session, path=path, layout=layout)
         _warn(off, warn)
         return off

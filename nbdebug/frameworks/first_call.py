@@ -20,17 +20,14 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from .registry import backend_named
+
 
 def _model_class(framework: str) -> tuple[type, Callable[[Any], bool]]:
-    if framework == "torch":
-        import torch
-
-        return torch.nn.Module, lambda m: next(iter(m.parameters()), None) is not None
-    if framework == "mindspore":
-        import mindspore
-
-        return mindspore.nn.Cell, lambda c: bool(c.get_parameters() and list(c.get_parameters()))
-    raise ValueError(f"framework must be 'torch' or 'mindspore', got {framework!r}")
+    """The model base class of ``framework`` (a name :func:`~nbdebug.frameworks.registry.backend_named`
+    knows) and the test that an instance holds parameters."""
+    backend = backend_named(framework)
+    return backend.model_class(), backend.has_parameters
 
 
 def on_first_model_call(framework: str, callback: Callable[[Any], Any]) -> None:

@@ -22,6 +22,8 @@ from typing import Any
 
 #: registered backends, by canonical name, in detection order
 _BACKENDS: dict[str, Backend] = {}
+#: :func:`module_prefixes` (None: to compute, after a registration)
+_MODULE_PREFIXES: tuple[str, ...] | None = None
 
 
 class Backend:
@@ -44,11 +46,16 @@ class Backend:
     supports_risk_level = False
     #: first name components only this framework's dumps use (``Cell.``, ``Mint.``)
     name_prefixes: frozenset[str] = frozenset()
+    #: first name component of this framework's module (cell) call nodes: ``Module`` (``Module.fc.Linear.
+    #: forward.0``), ``Cell``; code outside ``frameworks/`` asks :func:`module_prefixes`
+    module_prefix = ""
     #: API names, call prefixes and parameter names in PyTorch's spelling (compare's common spelling);
     #: empty for PyTorch itself
     api_to_torch: Mapping[str, str] = {}
     prefix_to_torch: Mapping[str, tuple[str, ...]] = {}
     param_to_torch: Mapping[str, str] = {}
+    #: module / op class names (lower case) in PyTorch's spelling, for compare's structural matching
+    class_to_torch: Mapping[str, str] = {}
     #: ops whose bias this framework adds in a separate op (API -> PyTorch's API of the op with bias), and
     #: the APIs of that separate op: compare pairs the two ops with PyTorch's one call
     bias_split: Mapping[str, str] = {}
@@ -74,6 +81,15 @@ class Backend:
     def imported(self) -> bool:
         """Whether the framework is imported in this process already."""
         return any(p in sys.modules for p in self.packages)
+
+    def model_class(self) -> type:
+        """The framework's model base class (imports the framework): the first of :attr:`model_classes`."""
+        module, _, qualname = self.model_classes[0].rpartition(".")
+        return getattr(importlib.import_module(module), qualname)
+
+    def has_parameters(self, model: Any) -> bool:
+        """Whether ``model`` (an instance of :meth:`model_class`) holds at least one parameter."""
+        raise NotImplementedError
 
     # -- capture ----------------------------------------------------------------------------------
     #: the module of the capture adapter, relative to the backend's own; it defines ``LEVELS``
@@ -159,6 +175,14 @@ class Backend:
         """Several models as one container model (``Module.{i}.…`` / ``Cell.{i}.…``)."""
         raise NotImplementedError
 
+    #: dump layouts of this framework's own (``"kernel"``: MindSpore's graph-mode kernel dump) that
+    #: :meth:`load_dump` opens; :func:`backend_for_layout` finds the backend of one
+    dump_layouts: tuple[str, ...] = ()
+
+    def load_dump(self, layout: str, path: str, rank: int | None = None) -> Any:
+        """A dump of one of :attr:`dump_layouts` as an :class:`~nbdebug.offline.OfflineSession`."""
+        raise NotImplementedError(f"{self.name} reads no {layout!r} dump")
+
     def read_tensor_file(self, path: str) -> Any:
         """A tensor file of this framework's format as a numpy array (``ValueError`` naming the file)."""
         raise ValueError(f"{path}: {self.name} has no tensor file format of its own")
@@ -173,13 +197,20 @@ class Backend:
         """A parameter name in PyTorch's spelling (``gamma`` → ``weight``)."""
         return self.param_to_torch.get(name, name)
 
+    def params_from_torch(self, name: str) -> tuple[str, ...]:
+        """This framework's spellings of a parameter name spelled as PyTorch does (``weight`` → ``gamma``,
+        ``embedding_table``); empty when none differs."""
+        return tuple(k for k, v in self.param_to_torch.items() if v == name and k != name)
+
     def __repr__(self) -> str:
         return f"<nbdebug backend {self.name}>"
 
 
 def register(backend: Backend) -> Backend:
     """Add ``backend`` to the registry (later registrations of one name replace earlier ones)."""
+    global _MODULE_PREFIXES
     _BACKENDS[backend.name] = backend
+    _MODULE_PREFIXES = None
     return backend
 
 
@@ -236,11 +267,37 @@ def backend_for_names(names: Any) -> Backend:
     for n in names:
         first = n.split(".", 1)[0]
         for b in backends():
-            if first in b.name_prefixes:
+            if first in b.name_prefixes or first == b.module_prefix:
                 return b
-        if first == "Module":
-            break
     return backend_named("pytorch")
+
+
+def module_prefixes() -> tuple[str, ...]:
+    """First name components of module (cell) call nodes, over every backend: ``("Module", "Cell")``.
+
+    >>> module_prefixes()
+    ('Module', 'Cell')
+    """
+    global _MODULE_PREFIXES
+    if _MODULE_PREFIXES is None:
+        bs = backends()
+        _MODULE_PREFIXES = tuple(dict.fromkeys(b.module_prefix for b in bs if b.module_prefix))
+    return _MODULE_PREFIXES
+
+
+def is_module_name(name: str) -> bool:
+    """Whether ``name`` is a module (cell) call node or series of some framework (``Module.fc.Linear.
+    forward.0``, ``Cell.fc.Dense``).
+
+    >>> is_module_name("Cell.fc.Dense.forward.0"), is_module_name("Functional.linear.0.forward")
+    (True, False)
+    """
+    return name.partition(".")[0] in module_prefixes()
+
+
+def backend_for_layout(layout: str) -> Backend | None:
+    """The backend whose :meth:`Backend.load_dump` opens dumps of ``layout`` (``"kernel"``); None if none."""
+    return next((b for b in backends() if layout in b.dump_layouts), None)
 
 
 def default_backend() -> Backend:

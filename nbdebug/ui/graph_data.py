@@ -53,6 +53,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ..frameworks.registry import module_prefixes
 from ..watch.nonfinite import nonfinite_path
 from .layout import node_class, short_label
 from .tensor_math import fmt
@@ -112,11 +113,11 @@ def scope_counts(keys: Iterable[str]) -> dict[str, int]:
 
 def _param_of_anchor(name: str, slot: str) -> str | None:
     """The parameter a neighbour stands for: ``Parameter.<p>`` is ``p``; the ``<s>`` slot of
-    ``Module.<path>.<Class>.parameters_grad.<n>`` is ``<path>.<s>``."""
+    ``Module.<path>.<Class>.parameters_grad.<n>`` (``Cell.…``) is ``<path>.<s>``."""
     if name.startswith("Parameter."):
         return name[len("Parameter."):]
     parts = name.split(".")
-    if parts[0] == "Module" and len(parts) >= 5 and parts[-2] == "parameters_grad" and slot:
+    if parts[0] in module_prefixes() and len(parts) >= 5 and parts[-2] == "parameters_grad" and slot:
         return ".".join(parts[1:-3] + [slot])
     return None
 
@@ -222,9 +223,16 @@ def optimizer_scope(param: str) -> str:
 
 
 def _module_scope_key(node: Any) -> str | None:
-    """``Module.a.b.Linear.forward.0`` → ``"forward:a/b"`` (the scope its module's ops sit in)."""
+    """``Module.a.b.Linear.forward.0`` (``Cell.a.b.Dense.forward.0``) → ``"forward:a/b"`` (the scope its module's
+    ops sit in).
+
+    >>> from nbdebug.session.graph import Node
+    >>> [_module_scope_key(Node(n, "module", "Dense")) for n in ("Cell.a.b.Dense.forward.0", "Cell.a.Dense")]
+    ['forward:a/b', None]
+    """
     parts = node.name.split(".")
-    if node.kind != "module" or parts[0] != "Module" or len(parts) < 5 or parts[-2] not in ("forward", "backward"):
+    if (node.kind != "module" or parts[0] not in module_prefixes() or len(parts) < 5
+            or parts[-2] not in ("forward", "backward")):
         return None
     return f"{node.section}:{'/'.join(parts[1:-3])}"
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..frameworks.registry import is_module_name
+
 
 def node_class(node: Any) -> str:
     """Colour class of a graph node: optimizer and backward sections first, then its kind.
@@ -43,13 +45,15 @@ def short_label(node: Any) -> str:
     >>> short_label(Node("Parameter.fc1.weight", "parameter", "Parameter")), short_label(
     ...     Node("Module.fc1.Linear.forward.0", "module", "Linear"))
     ('weight', 'fc1.Linear')
+    >>> short_label(Node("Cell.fc1.Dense.parameters_grad.0", "parameter", "Dense"))
+    'fc1.Dense grad'
     """
     name = node.name
     if node.kind == "parameter" and name.startswith("Parameter."):
         return name.rsplit(".", 1)[-1]
-    if name.startswith("Module."):
+    if is_module_name(name):
         parts = name.split(".")
-        # Module.<path...>.<Class>.<forward|backward|parameters_grad>.<n>
+        # Module.<path...>.<Class>.<forward|backward|parameters_grad>.<n> (Cell.… alike)
         body = parts[1:-2] if len(parts) >= 4 else parts[1:]
         label = ".".join(body[-2:]) if body else node.op_type
         return label + (" grad" if "parameters_grad" in parts else "")

@@ -30,6 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from ..frameworks.registry import module_prefixes
+
 #: the monitor's fields (``nbdebug.session.monitor.FIELDS``) by what they describe; repeated here so the UI
 #: can list them before the monitor exists (an older session)
 MONITOR_FIELDS: dict[str, tuple[str, ...]] = {
@@ -41,8 +43,9 @@ MONITOR_FIELDS: dict[str, tuple[str, ...]] = {
 #: statistics of the per-tensor history a timeline can show (a forward module's ``output.0``)
 HISTORY_FIELDS: tuple[str, ...] = ("norm", "max", "min", "mean", "nonfinite_count")
 RUN = "Run"
-_MODULE = re.compile(r"^(?:Module|Cell)\.(.+)\.([^.]+)$")
-_MODULE_NODE = re.compile(r"^(?:Module|Cell)\.(.+)\.([^.]+)\.forward\.\d+$")
+_HEADS = "|".join(map(re.escape, module_prefixes()))  # Module|Cell
+_MODULE = re.compile(rf"^(?:{_HEADS})\.(.+)\.([^.]+)$")
+_MODULE_NODE = re.compile(rf"^(?:{_HEADS})\.(.+)\.([^.]+)\.forward\.\d+$")
 
 
 @dataclass

@@ -21,6 +21,7 @@ class TorchBackend(Backend):
     packages = ("torch",)
     model_kind = "torch.nn.Module"
     supports_risk_level = True
+    module_prefix = "Module"
     tensor_file_suffixes = (".pt", ".pth")
     adapter_module = ".adapter"
     io_module = ".io"
@@ -48,6 +49,9 @@ class TorchBackend(Backend):
         from .loss_scale import GradScalerProbe
 
         return GradScalerProbe(scaler, tracker, step=step, on_update=on_update)
+
+    def has_parameters(self, model: Any) -> bool:
+        return next(iter(model.parameters()), None) is not None
 
     def model_list(self, models: list[Any]) -> Any:
         import torch
