@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from ..session.level import Level
 from ..session.session import Session, StatsNotRetainedError
 from .keeper import Kept
 from .result import Mismatch, ReplayedStep, ReplayRefused, comparable, compare
@@ -115,7 +116,7 @@ def _result(dbg: Any, kept: Kept, session: Session, level: str, outputs: list[An
         skip = ("Input.",) if level != dbg.level else ()
         compared = len(comparable(live_table, table, skip))
         mismatches += compare(live_table, table, skip)
-    same_way = dbg.level == level or {dbg.level, level} <= {"L0", "mix"}
+    same_way = dbg.level == level or (Level(dbg.level).modules and Level(level).modules)  # L0 and mix alike
     n, found = _compare_monitor(dbg.session, session, kept.step, None if same_way else MEASURED)
     compared += n
     mismatches += found

@@ -353,7 +353,7 @@ class PyNativeAdapter(Capture):
 
     # -- attach / detach --------------------------------------------------------------------------
     def _attach(self, model: nn.Cell) -> None:
-        if self.level == "monitor":  # no Cell, parameter or op hooks: the probe's and the optimizer's only
+        if not self.level.records_tensors:  # monitor: only the probe's and the optimizer's hooks
             from .monitor import MindSporeMonitor
 
             for qual, p in model.parameters_and_names():
@@ -361,7 +361,7 @@ class PyNativeAdapter(Capture):
             self.monitor_probe = MindSporeMonitor(self, model, _grad_recording)
             _OPT.install(self)
             return
-        want_cells = self.level in ("L0", "mix")
+        want_cells = self.level.modules
         for path, cell in model.cells_and_names():
             if id(cell) in self._cell_info:
                 continue
@@ -387,7 +387,7 @@ class PyNativeAdapter(Capture):
             if self.retain:
                 self.session.store.offer((f"Parameter.{qual}", "output.0"),
                                          MSRef(p, copy=True, nbytes=int(p.size) * int(p.itemsize)), "initial")
-        if self.level in ("L1", "mix"):
+        if self.level.ops:
             for _path, cell in model.cells_and_names():
                 for attr, value in list(vars(cell).items()):
                     if isinstance(value, Primitive) and id(value) not in _PRIM_INFO:
@@ -412,7 +412,7 @@ class PyNativeAdapter(Capture):
             prim.__class__ = cls
             _PRIM_INFO.pop(id(prim), None)
         self._prims.clear()
-        if self.level in ("L1", "mix"):
+        if self.level.ops:
             _OPS.uninstall(self)
         _OPT.uninstall(self)
         self._threads.clear()

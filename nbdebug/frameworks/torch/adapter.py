@@ -381,8 +381,8 @@ class TorchAdapter(Capture):
 
     # -- attach / detach --------------------------------------------------------------------------
     def _attach(self, model: torch.nn.Module) -> None:
-        monitor = self.level == "monitor"
-        self.monitor_probe = TorchMonitor(self, model, modules=self.level in ("monitor", "L1"), weights=monitor,
+        monitor = not self.level.records_tensors
+        self.monitor_probe = TorchMonitor(self, model, modules=not self.level.modules, weights=monitor,
                                           wrap=_eager)
         if monitor:  # no module, parameter-gradient or op hooks: the probe's and the optimizer's only
             for qual, p in model.named_parameters():
@@ -390,7 +390,7 @@ class TorchAdapter(Capture):
             self.hooks.add(_optim.register_optimizer_step_pre_hook(self._opt_pre))
             self.hooks.add(_optim.register_optimizer_step_post_hook(self._opt_post))
             return
-        want_modules = self.level in ("L0", "mix")
+        want_modules = self.level.modules
         for path, mod in model.named_modules(remove_duplicate=False):
             if id(mod) in self._module_info:
                 continue
@@ -436,7 +436,7 @@ class TorchAdapter(Capture):
 
     # -- L1 mode management -----------------------------------------------------------------------
     def _push_mode(self) -> None:
-        if self.level in ("L0", "monitor") or self.closed:
+        if not self.level.ops or self.closed:
             return
         tid = threading.get_ident()
         mode = self._modes.get(tid)
@@ -688,7 +688,7 @@ class TorchAdapter(Capture):
             if not self.capturing or p.grad is None:
                 return
             called = [o for o in slots if o[0] in self._called]
-            if not called and self.level == "L1":  # no module calls are recorded: the first owner
+            if not called and not self.level.modules:  # no module calls are recorded: the first owner
                 called = slots[:1]
             for _path, base, scope, local in called:
                 with torch._C.DisableTorchFunction():
@@ -727,7 +727,7 @@ class TorchAdapter(Capture):
         ``exp_avg.{qual}`` ... slots, the same whichever implementation ran). A fused kernel bumps no version
         counter: what it updated is measured again."""
         fused = any(g.get("fused") for g in opt.param_groups)
-        ops = self.level in ("L1", "mix")
+        ops = self.level.ops
         out = []
         for qual, p in params:
             state = opt.state.get(p) if fused or ops else None

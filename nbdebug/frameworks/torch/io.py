@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ...session.level import Level
 from ..core.snapshot import Snap, untap
 from ..encode import describe_plain
 from .adapter import mutated_args
@@ -204,10 +205,11 @@ class TorchIO:
         self._pre_modules: list[tuple[str, torch.nn.Module]] = []
         if model is not None:
             seen: set[int] = set()
+            level = Level(getattr(adapter, "level", "L0"))
             for path, mod in model.named_modules(remove_duplicate=False):
                 key = path.replace(".", "/")
                 self.classes.setdefault(key, type(mod).__name__)
-                if path and id(mod) not in seen and getattr(adapter, "level", "L0") != "L1":
+                if path and id(mod) not in seen and (level.modules or not level.ops):  # all but L1
                     self._pre_modules.append((key, mod))  # a module shared by two paths: its first (its name)
                 seen.add(id(mod))
 
