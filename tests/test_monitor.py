@@ -309,3 +309,26 @@ def test_to_at_monitor_level_pauses_at_the_step_the_loss_goes_nan():
         assert "NaN" in next(h for h in hits if h.node == "Run").advice
     finally:
         dbg.close()
+
+
+def test_series_a_step_did_not_measure_are_absent_not_nan():
+    """A series the step did not measure is absent (None), never a NaN that TO would take for the model's."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    dbg = nbdebug.Debugger(model, level="L0")
+    try:
+        dbg.watch("TO")
+        for step in range(3):
+            opt.zero_grad()
+            loss = model(torch.randn(8, 4)).pow(2).mean()
+            if step != 1:
+                dbg.record_loss(loss)  # step 1 gives the monitor no loss
+            loss.backward()
+            opt.step()
+        m = dbg.session.monitor
+        assert m.value(1, "Run", "loss") is None and m.value(2, "Run", "loss") is not None
+        assert m.nonfinite(1) == {} and not [h for h in dbg.hits if h.is_hit]
+        assert all(v == v for v in m.row(1).values())  # every value recorded is a measured (finite) one
+    finally:
+        dbg.close()

@@ -97,9 +97,10 @@ class Monitor:
         return self._total
 
     # -- writing ------------------------------------------------------------------------------------
-    def record(self, step: int, keys: Sequence[Key], values: np.ndarray) -> None:
+    def record(self, step: int, keys: Sequence[Key], values: np.ndarray, present: np.ndarray | None = None) -> None:
         """One step's row: ``values[i]`` is series ``keys[i]`` (a series not in ``keys`` is absent at this step;
-        a NaN in ``values`` is a value: the model computed it).
+        a NaN in ``values`` is a value: the model computed it). ``present``: a mask over ``keys`` of the series
+        that have a value this step (default: all of them).
 
         Steps must increase; passing the same ``keys`` object every step makes this a few array ops."""
         if self.last_step is not None and step <= self.last_step:
@@ -116,7 +117,7 @@ class Monitor:
         self._ring[row] = np.nan
         self._ring[row, cols] = vals
         self._ring_has[row] = False
-        self._ring_has[row, cols] = True
+        self._ring_has[row, cols] = True if present is None else np.asarray(present, bool)
         self._ring_steps[row] = step
         self._count += 1
         self._total += 1

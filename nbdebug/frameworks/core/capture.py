@@ -124,9 +124,10 @@ class Capture(Recording, Calls):
         """The step's monitor row (probe + statistics table) into ``Session.monitor``."""
         probe = self.monitor_probe
         keys, values = probe.collect() if probe is not None else ((), ())
-        row_keys, row = self._monitor_rows.row(table, keys, values)
+        present = getattr(probe, "present", None) if probe is not None else None
+        row_keys, row, has = self._monitor_rows.row(table, keys, values, present)
         if len(row_keys):
-            self.session.monitor.record(step, row_keys, row)
+            self.session.monitor.record(step, row_keys, row, has)
 
     def note_loss(self, loss: Any, priority: int = 2) -> None:
         """The step's loss for the monitor (see the framework's monitor probe)."""

@@ -21,10 +21,10 @@ array ops.
 ...                          ["float32"] * 2, [(2,), (2,)],
 ...                          np.array([[1.0, -3.0, 0, 0, 5.0, 0, 0, 0, 0, 2], [2.0, 0.0, 0, 0, 4.0, 0, 0, 0, 0, 2]]))
 >>> rows = MonitorRows("Module", derive=True)
->>> keys, values = rows.row(t, [("Parameter.fc.weight", "update_norm")], np.array([0.5]))
+>>> keys, values, present = rows.row(t, [("Parameter.fc.weight", "update_norm")], np.array([0.5]))
 >>> r = dict(zip(keys, values.tolist()))
->>> r[("Module.fc.Linear", "output_max_abs")], r[("Parameter.fc.weight", "update_ratio")]
-(3.0, 0.125)
+>>> r[("Module.fc.Linear", "output_max_abs")], r[("Parameter.fc.weight", "update_ratio")], bool(present.all())
+(3.0, 0.125, True)
 """
 
 from __future__ import annotations
@@ -59,23 +59,32 @@ class MonitorRows:
             self.keys.append(key)
         return c
 
-    def row(self, table: Any, probe_keys: Sequence[Key], probe_values: np.ndarray) -> tuple[list[Key], np.ndarray]:
-        """``(keys, values)`` of the step: ``keys`` is this object's key list (NaN where a series is absent)."""
+    def row(self, table: Any, probe_keys: Sequence[Key], probe_values: np.ndarray,
+            probe_present: np.ndarray | None = None) -> tuple[list[Key], np.ndarray, np.ndarray]:
+        """``(keys, values, present)`` of the step: ``keys`` is this object's key list, ``present`` marks the
+        series measured this step (a NaN there is a NaN the model computed; elsewhere NaN fills the absent).
+        ``probe_present`` marks the probe's measured values (default: its non-NaN ones)."""
         derived = self._derive(table) if self.derive and table is not None and len(table.keys) else None
         pcols = self._probe_cols(probe_keys) if len(probe_keys) else None
         layout = self._post_layout()
         out = np.full(len(self.keys), np.nan)
+        has = np.zeros(len(self.keys), bool)
         if derived is not None:
             rows, norm_cols, max_rows, max_cols = derived
             vals = table.values
             out[norm_cols] = vals[rows, _NORM]
+            has[norm_cols] = True
             if len(max_rows):
                 out[max_cols] = np.maximum(np.abs(vals[max_rows, _MAX]), np.abs(vals[max_rows, _MIN]))
-        if pcols is not None:  # a probe's NaN is an absent value (or NaN already): never over a derived one
-            got = ~np.isnan(probe_values)
-            out[pcols[got]] = probe_values[got]
-        self._post(out, layout)
-        return self.keys, out
+                has[max_cols] = True
+        if pcols is not None:  # a probe's value never replaces a derived one with a NaN
+            values = np.asarray(probe_values, dtype=np.float64)
+            got = ~np.isnan(values) if probe_present is None else np.asarray(probe_present, bool)
+            got = got & (~has[pcols] | ~np.isnan(values))
+            out[pcols[got]] = values[got]
+            has[pcols[got]] = True
+        self._post(out, has, layout)
+        return self.keys, out, has
 
     def _derive(self, table: Any) -> tuple[np.ndarray, ...]:
         keys = table.keys
@@ -126,11 +135,12 @@ class MonitorRows:
         return arrays
 
     @staticmethod
-    def _post(out: np.ndarray, layout: tuple[np.ndarray, ...]) -> None:
+    def _post(out: np.ndarray, has: np.ndarray, layout: tuple[np.ndarray, ...]) -> None:
         ratio, upd, wn = layout
         if len(ratio):
             with np.errstate(divide="ignore", invalid="ignore"):
                 out[ratio] = out[upd] / out[wn]
+            has[ratio] = has[upd] & has[wn]
 
 
 def total_norm(norms: np.ndarray) -> float:

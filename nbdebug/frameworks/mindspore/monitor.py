@@ -211,19 +211,27 @@ class MindSporeMonitor:
         raw = self._buf.raw()
         meta = self._buf.meta
         out = np.full(len(self.keys), np.nan)
+        has = np.zeros(len(self.keys), bool)  # what was measured this step (a NaN there is the model's)
         for row, c_norm, c_max in self._rows:
             if _floating(meta[row]):
                 out[c_norm] = np.sqrt(raw[row, _NORM])
+                has[c_norm] = True
                 if c_max >= 0:
                     out[c_max] = max(abs(raw[row, _MAX]), abs(raw[row, _MIN]))
+                    has[c_max] = True
         if self._loss is not None:
             value = self._loss[1]
             if isinstance(value, float):
                 out[self._loss_col] = value
+                has[self._loss_col] = True
             elif meta[value][2] == 1 and _floating(meta[value]):
                 out[self._loss_col] = raw[value, _SUM]
+                has[self._loss_col] = True
         if self._grad_cols:
             out[self._total_col] = total_norm(out[np.asarray(self._grad_cols, dtype=np.intp)])
+            has[self._total_col] = True
+        #: the columns of :attr:`keys` measured by the last :meth:`collect`
+        self.present = has
         self._new_step()
         self._gen += 1
         return self.keys, out

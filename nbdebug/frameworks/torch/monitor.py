@@ -286,13 +286,19 @@ class TorchMonitor:
             self._vals.append(v)
             self._idx.append(c)
         out = np.full(len(self.keys), np.nan)
+        has = np.zeros(len(self.keys), bool)  # what was measured this step (a NaN there is the model's)
         if self._rows:
-            self._module_values(out)
+            self._module_values(out, has)
         if self._vals:
+            idx = np.asarray(self._idx, dtype=np.intp)
             with _NO_TORCH_FUNCTION():
-                out[np.asarray(self._idx, dtype=np.intp)] = _to_host(self._vals)
+                out[idx] = _to_host(self._vals)
+            has[idx] = True
         if self._grad_cols:
             out[self._total_col] = total_norm(out[np.asarray(self._grad_cols, dtype=np.intp)])
+            has[self._total_col] = True
+        #: the columns of :attr:`keys` measured by the last :meth:`collect`
+        self.present = has
         self._vals.clear()
         self._idx.clear()
         self._run.clear()
@@ -305,14 +311,16 @@ class TorchMonitor:
         self._gen += 1
         return self.keys, out
 
-    def _module_values(self, out: np.ndarray) -> None:
+    def _module_values(self, out: np.ndarray, has: np.ndarray) -> None:
         with _NO_TORCH_FUNCTION():
             raw = self._buf.raw()
         r = np.asarray(self._rows, dtype=np.intp)
         with np.errstate(invalid="ignore"):
             out[r[:, 1]] = np.sqrt(raw[r[:, 0], 4])
+        has[r[:, 1]] = True
         m = r[r[:, 2] >= 0]
         out[m[:, 2]] = np.maximum(np.abs(raw[m[:, 0], 0]), np.abs(raw[m[:, 0], 1]))
+        has[m[:, 2]] = True
 
     def _unstepped(self) -> None:
         """A step that ran no optimizer step of the model: weight and gradient norms as they are now."""
