@@ -56,6 +56,9 @@ SUMMARY_ABOVE = 8
 SEND_QUEUE = 1 << 16
 
 
+_PONG = P.encode({"type": "pong"})  # the same bytes every time: encoded once
+
+
 class Listener:
     """Accepts training processes and keeps one :class:`RemoteSource` per process."""
 
@@ -320,7 +323,7 @@ class Listener:
         src.last_heard = time.monotonic()
         kind = head["type"]
         if kind == "ping":
-            self.pump.send_now([ident, *P.encode({"type": "pong"})])
+            self.pump.send_now([ident, *_PONG])
             if not src.connected:
                 src.connected = True
                 src.hub.emit("state", src.state)
@@ -369,7 +372,7 @@ class Listener:
                 welcome["watch"] = self._job_watches()
         world = head.get("world_size")
         ranks = max(world if isinstance(world, int) else 0, len(self.sources))
-        src.detail = "summary" if ranks > self.summary_above else "full"
+        src.set_detail("summary" if ranks > self.summary_above else "full")
         welcome["detail"] = src.detail
         src.connected = True
         src.last_heard = time.monotonic()

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from .protocol import ProtocolError, array_frame, frame_array
+from .protocol import ProtocolError, array_frame
 
 Key = tuple[str, str]
 
@@ -77,14 +77,18 @@ class MonitorReceiver:
         n = int(head["rows"])
         if len(frames) < 2:
             raise ProtocolError("a monitor row needs two frames (ids, values)")
-        ids = frame_array({"dtype": "<i4", "shape": [n]}, frames[0])
-        values = frame_array({"dtype": "<f4", "shape": [n]}, frames[1])
-        if n and (int(ids.min()) < 0 or int(ids.max()) >= len(self.names)):
-            raise ProtocolError("unknown monitor series id")
+        raw_ids, raw_values = memoryview(frames[0]), memoryview(frames[1])
+        if n < 0 or raw_ids.nbytes != 4 * n or raw_values.nbytes != 4 * n:
+            raise ProtocolError(f"monitor frames of {raw_ids.nbytes} and {raw_values.nbytes} bytes do not hold "
+                                f"{n} series")
+        raw = raw_ids.tobytes()
+        if self._last is None or self._last[0] != raw:  # a new id list (usually the previous row's: no work)
+            ids = np.frombuffer(raw, "<i4")
+            if n and (int(ids.min()) < 0 or int(ids.max()) >= len(self.names)):
+                raise ProtocolError("unknown monitor series id")
+            self._last = (raw, [self.names[i] for i in ids.tolist()])  # one key list object: Monitor.record's fast path
         if monitor.last_step is not None and step <= monitor.last_step:
             return False
-        raw = ids.tobytes()
-        if self._last is None or self._last[0] != raw:  # the same key list object: Monitor.record's fast path
-            self._last = (raw, [self.names[i] for i in ids.tolist()])
+        values = np.frombuffer(raw_values, "<f4")  # record copies it into its own columns
         monitor.record(step, self._last[1], values)
         return True

@@ -24,6 +24,7 @@ import numpy as np
 from ..control import EventHub, State
 from ..job.summary import StepSummary
 from ..session.graph import Graph
+from ..session.monitor import Monitor
 from ..watch.reader import Reader
 from ..watch.watchpoints import HitRecord, WatchManager, Watchpoint
 from . import protocol as P
@@ -36,6 +37,10 @@ REQUEST_TIMEOUT = 30.0
 #: non-finite origin or hits), up to :data:`NOTABLE_KEPT` (the monitor series keep the whole run)
 SUMMARIES_KEPT = 128
 NOTABLE_KEPT = 1024
+#: summary mode: full-resolution steps of each rank's monitor series kept here (min/max blocks before them;
+#: :class:`~nbdebug.session.monitor.Monitor`): 1,000 ranks x 200 series take ~256 MB, not the 12.8 GB of the
+#: default 10,000-step horizon (the rank's own Debugger keeps its whole horizon)
+SUMMARY_HORIZON = 256
 
 
 class RemoteSource(Reader):
@@ -141,6 +146,14 @@ class RemoteSource(Reader):
     def summary_steps(self) -> list[int]:
         """The steps with a summary kept here (the latest :data:`SUMMARIES_KEPT`, and notable older ones)."""
         return sorted({*self._notable, *self._summaries})
+
+    def set_detail(self, detail: str) -> None:
+        """What the listener asked the process to send: ``"summary"`` or ``"full"``; a rank in summary mode
+        keeps :data:`SUMMARY_HORIZON` full-resolution monitor steps (set before its first row arrives)."""
+        self.detail = detail
+        mon = self.session.monitor
+        if detail == "summary" and mon.last_step is None and mon.horizon > SUMMARY_HORIZON:
+            self.session.monitor = Monitor(horizon=SUMMARY_HORIZON)
 
     def full_tables(self, on: bool = True) -> list[int]:
         """Summary mode: have the process send its full statistics tables — the window it holds now (they are
