@@ -34,6 +34,12 @@ from typing import Any
 from ..session.store import NotRetainedError
 from .result import ReplayRefused
 
+#: what the replay of a HuggingFace Trainer's step covers (a note of its result)
+TRAINER_COVERS = ("this replay covers the Trainer's training_step calls of the step (forward, loss and backward, "
+                  "as many as the step accumulated) from the pre-step state; the Trainer's own loop after them "
+                  "(gradient clipping, optimizer.step, lr_scheduler.step, zero_grad) is not replayed: its "
+                  "optimizer node is not compared")
+
 
 class Kept:
     """One step's kept state: the framework's pre-step state and the step function's calls in the step."""
@@ -46,6 +52,7 @@ class Kept:
         self.outputs: list[Any] = []  # what each live call returned (its loss), by reference
         self.problems = list(state.problems)
         self.objects: dict[str, list[Any]] = {}  # the optimizers, scalers and schedulers the step uses
+        self.covers = ""  # what a replay of it leaves out (a Trainer's step: its own loop's optimizer step)
 
     def calls(self) -> list[tuple[tuple, dict]]:
         return [(self.state.args, self.state.kwargs)] + self.more
@@ -102,12 +109,13 @@ class Keeper:
             if self.replaying or self.in_step or self.window == 0 or self.dbg.closed:
                 return method(*args, **kwargs)
             found = rs.find_objects(method, model)  # the Trainer makes its optimizer when training starts
-            return self._call(method, rs, model, found, False, args, kwargs)
+            return self._call(method, rs, model, found, False, args, kwargs, TRAINER_COVERS)
 
         trainer.training_step = training_step
         return trainer
 
-    def _call(self, fn: Any, rs: Any, model: Any, found: dict, ends_step: bool, args: tuple, kwargs: dict) -> Any:
+    def _call(self, fn: Any, rs: Any, model: Any, found: dict, ends_step: bool, args: tuple, kwargs: dict,
+              covers: str = "") -> Any:
         dbg = self.dbg
         step = dbg.session.step_index
         kept = self.kept.get(step)
@@ -117,6 +125,8 @@ class Keeper:
             kept.problems += problems
         else:
             self._keep(fn, rs, model, found, step, args, kwargs)
+            if step in self.kept:
+                self.kept[step].covers = covers
         self.in_step, self._thread = True, threading.get_ident()
         try:
             out = fn(*args, **kwargs)

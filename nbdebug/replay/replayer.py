@@ -94,6 +94,8 @@ def replay(dbg: Any, kept: Kept, level: str = "mix", *, node: str | None = None,
             live_adapter.capturing = capturing
             keeper.replaying = False
     notes += kept.state.problems_at_replay
+    if kept.covers:
+        notes.append(kept.covers)
     return _result(dbg, kept, session, level, outputs, notes, error, node, hits, strict, rs)
 
 
@@ -117,7 +119,8 @@ def _result(dbg: Any, kept: Kept, session: Session, level: str, outputs: list[An
         compared = len(comparable(live_table, table, skip))
         mismatches += compare(live_table, table, skip)
     same_way = dbg.level == level or (Level(dbg.level).modules and Level(level).modules)  # L0 and mix alike
-    n, found = _compare_monitor(dbg.session, session, kept.step, None if same_way else MEASURED)
+    n, found = _compare_monitor(dbg.session, session, kept.step, None if same_way else MEASURED,
+                                OPTIMIZER_FIELDS if kept.covers else ())
     compared += n
     mismatches += found
     loss = outputs[0] if outputs else None
@@ -139,15 +142,22 @@ MEASURED = frozenset({"grad_norm", "update_norm", "exp_avg_norm", "exp_avg_sq_no
                       "grad_norm_total", "loss_scale"})
 
 
-def _compare_monitor(live: Any, replayed: Any, step: int, fields: Any = None) -> tuple[int, list[Mismatch]]:
+#: monitor fields measured at the optimizer step (left out when the replay does not run it: a Trainer's)
+OPTIMIZER_FIELDS = frozenset({"grad_norm", "update_norm", "exp_avg_norm", "exp_avg_sq_norm", "momentum_norm",
+                              "grad_norm_total", "update_ratio", "loss_scale"})
+
+
+def _compare_monitor(live: Any, replayed: Any, step: int, fields: Any = None,
+                     leave_out: Any = ()) -> tuple[int, list[Mismatch]]:
     """The step's monitor series (every level records them; the only record at level ``monitor``): the
-    series both runs recorded (of ``fields``, None: all) must have the same float32 bits."""
+    series both runs recorded (of ``fields``, None: all; not those in ``leave_out``) must have the same
+    float32 bits."""
     a_mon, b_mon = getattr(live, "monitor", None), getattr(replayed, "monitor", None)
     if a_mon is None or b_mon is None:
         return 0, []
     a, b = a_mon.row(step), b_mon.row(step)
     out = []
-    common = [k for k in a if k in b and (fields is None or k[1] in fields)]
+    common = [k for k in a if k in b and (fields is None or k[1] in fields) and k[1] not in leave_out]
     for key in common:
         if np.float32(a[key]).view(np.int32) != np.float32(b[key]).view(np.int32):
             out.append(Mismatch(key[0], "monitor", key[1], a[key], b[key]))

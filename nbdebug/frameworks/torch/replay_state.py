@@ -138,6 +138,8 @@ def _walk(value: Any, fn: Callable[[str, torch.Tensor], Any], path: str, problem
         return fn(path, value)
     if isinstance(value, _IMMUTABLE):
         return value
+    if isinstance(value, torch.nn.Module):  # by reference (a Trainer's training_step(model, inputs)): the model's
+        return value  # state is kept and swapped; a module beside the model is used as it is now
     if type(value) in (list, tuple):
         return type(value)(_walk(v, fn, f"{path}[{i}]", problems) for i, v in enumerate(value))
     if isinstance(value, tuple) and hasattr(value, "_fields"):  # a namedtuple
