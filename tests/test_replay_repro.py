@@ -136,3 +136,26 @@ def test_load_repro_reads_json_and_arrays_only(nan_run):
     assert off.meta["kind"] == "op" and off.meta["bitwise_replay"] is True
     with pytest.raises(FileNotFoundError, match="not a reproduction folder"):
         nbdebug.load_repro(tmp)
+
+
+def test_save_repro_refuses_an_lr_scheduler_with_the_reason(tmp_path):
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+    dbg = nbdebug.Debugger(model, level="L0")
+
+    @dbg.step_fn
+    def train_step(x):
+        opt.zero_grad()
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        opt.step()
+        sched.step()
+        return loss
+
+    train_step(torch.rand(3, 4))
+    with pytest.raises(ValueError, match=r"LR scheduler \(StepLR\).*hyper-parameters, which are saved"):
+        dbg.save_repro(tmp_path / "repro", model_factory="mymodels:make")
+    assert not (tmp_path / "repro" / "repro.py").exists()
+    dbg.close()

@@ -275,9 +275,13 @@ def _state_tensors(model: Any, state: Any, objects: dict[str, list[Any]], tensor
     for i, (sc, attrs) in enumerate(state.scalers):
         plain = {k: v for k, v in attrs.items() if k != "_per_optimizer_states"}
         out["scalers"].append({"device": getattr(sc, "_device", "cpu"), "attrs": encode(plain, tensors, f"scaler{i}")})
-    if state.schedulers:
-        raise ReproUnsupported("the step uses an LR scheduler: save_repro rebuilds optimizers and scalers only "
-                               "(the scheduler's next learning rate is in the optimizer's hyper-parameters)")
+    if state.schedulers:  # a scheduler rebuilt from its state_dict without its constructor did not step alike
+        raise ReproUnsupported(
+            "the step uses an LR scheduler (" + ", ".join(type(sc).__name__ for sc, _ in state.schedulers) +
+            "): save_repro does not rebuild schedulers — a scheduler made from its state_dict without its "
+            "constructor (which would step it) did not set the same rate as the live one, and LambdaLR's "
+            "functions are not in its state_dict; mark a step function that does not call scheduler.step() "
+            "(the rate the step uses is in the optimizer's hyper-parameters, which are saved)")
     rng = state.rng
     tensors["rng/torch"] = rng["torch"]
     tensors["rng/numpy"] = torch.from_numpy(rng["numpy"][1].astype(np.int64))
