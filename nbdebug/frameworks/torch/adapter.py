@@ -84,6 +84,7 @@ def mutated_args(info: tuple[str, str], args: tuple, kwargs: dict) -> list[torch
 
 
 _NO_TORCH_FUNCTION = torch._C.DisableTorchFunction
+_OUTPUTS = tuple(slot_name("output", i) for i in range(16))  # the same string objects as ``outputs`` names
 _autograd_node = torch._C._current_autograd_node  # not None while backward runs a node
 _PASS = ("", "")  # a torch call msProbe does not record: runs unrecorded, its result keeps its input's producer
 
@@ -555,8 +556,12 @@ class TorchAdapter(Capture):
                 node = self.backward_node(name, scope, fwd.name, "op")
                 for slot, g in self.arguments(tuple(grad_outputs), None):
                     self.slot(node, slot, g, as_input=True, origin=False)
-                for slot, g in self.outputs(tuple(grad_inputs)):
-                    self.slot(node, slot, g, as_input=False).producer = (name, slot)
+                # ``outputs(grad_inputs)`` without its generic (generator) flattening: a gradient tuple is
+                # flat, tensors or None (the per-op hot path of backward)
+                for i, g in enumerate(grad_inputs):
+                    if g is not None:
+                        slot = _OUTPUTS[i] if i < len(_OUTPUTS) else slot_name("output", i)
+                        self.slot(node, slot, g, as_input=False).producer = (name, slot)
             self.emit_node(node)
             return None
 
