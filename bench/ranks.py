@@ -14,12 +14,15 @@ What is measured (process CPU time, ``time.process_time``):
 * ``first_nonfinite(all)``: ``Job.first_nonfinite()`` over the whole history (every step of every rank);
 * message sizes: the summary JSON and the full table a rank would send if every statistic travelled.
 
-That is the summary mode planned for many ranks (ARCHITECTURE.md, "Scale: many ranks"). The job as it runs
-today — every rank streaming its tables to the listener — is measured by ``bench/hub.py``, which this bench
-runs first: hub CPU per step and pause latency with ``--real`` torchrun jobs (2 and 4 ranks) and
-``--simulated`` ranks (64 and 256) speaking the protocol. Run: ``.venv/bin/python bench/ranks.py
-[--real 2 4] [--simulated 64 256] [--ranks 64 256] [--steps 200] [--tensors 1500]`` (``--real --simulated``
-with no sizes: the summary part alone).
+That is what a job keeps in summary mode (more than 8 ranks: ``nbdebug.remote.hub.SUMMARY_ABOVE``). The job over
+the wire is measured by ``bench/hub.py``, which this bench runs first: hub CPU per step and pause latency with
+``--real`` torchrun jobs (2 and 4 ranks, full tables) and ``--simulated`` ranks speaking the protocol (1,000 by
+default, at ``--period`` 1 s: summary mode, each rank's summary and a ``--series``-series monitor row per step),
+then judged against the budget of issue 20: hub CPU per step ≤ 250 ms and ``pause_all`` → every rank paused
+within 2 step periods (the worst of three phases of the step). The load average is printed beside: on a shared
+machine the figures are CPU time (hub) and wall time (pause), the latter inflated by contention. Run:
+``.venv/bin/python bench/ranks.py [--real 2 4] [--simulated 1000] [--period 1.0] [--hub-steps 10]
+[--ranks 64 256] [--steps 200] [--tensors 1500]`` (``--real --simulated`` with no sizes: the summary part alone).
 """
 
 from __future__ import annotations
@@ -140,27 +143,44 @@ def run(ranks: int, steps: int, tensors: int) -> dict[str, Any]:
             "full_table_bytes": full_bytes}
 
 
-def transport(real: list[int], simulated: list[int]) -> list[dict[str, Any]]:
-    """``bench/hub.py``'s figures (it prints them): real torchrun jobs, then simulated ranks."""
+#: issue 20's budget: hub CPU per step (ms) with 1,000 simulated ranks at 1 step/s, and pause_all latency (periods)
+HUB_BUDGET_MS = 250.0
+PAUSE_BUDGET_PERIODS = 2.0
+
+
+def transport(real: list[int], simulated: list[int], period: float = 1.0, steps: int = 10,
+              series: int = 200) -> list[dict[str, Any]]:
+    """``bench/hub.py``'s figures (it prints them): real torchrun jobs, then simulated ranks; each judged."""
     if not real and not simulated:
         return []
     with tempfile.TemporaryDirectory() as tmp:  # its own process: it spawns the simulated ranks by file name
         out = Path(tmp) / "hub.json"
         subprocess.run([sys.executable, str(Path(__file__).with_name("hub.py")), "--real", *map(str, real),
-                        "--ranks", *map(str, simulated), "--out", str(out)], check=True)
-        return json.loads(out.read_text())
+                        "--ranks", *map(str, simulated), "--period", str(period), "--steps", str(steps),
+                        "--series", str(series), "--out", str(out)], check=True)
+        rows = json.loads(out.read_text())
+    for r in rows:
+        ok = r["hub_cpu_ms_per_step"] <= HUB_BUDGET_MS and r["pause_periods"] <= PAUSE_BUDGET_PERIODS
+        print(f"{r['ranks']} {'real' if r['real'] else 'simulated'} ranks at {1 / r['period_s']:g} step/s: hub CPU "
+              f"{r['hub_cpu_ms_per_step']:.0f} ms/step (budget {HUB_BUDGET_MS:.0f}), pause_all "
+              f"{r['pause_periods']:.2f} periods (budget {PAUSE_BUDGET_PERIODS:g}), load average "
+              f"{r['load_average'][0]:.1f} on {r['cpus']} CPUs: {'within budget' if ok else 'OVER BUDGET'}")
+    return rows
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--real", type=int, nargs="*", default=[2, 4], help="torchrun jobs of these sizes (bench/hub.py)")
-    ap.add_argument("--simulated", type=int, nargs="*", default=[64, 256],
+    ap.add_argument("--simulated", type=int, nargs="*", default=[1000],
                     help="ranks simulated over the protocol (bench/hub.py)")
+    ap.add_argument("--period", type=float, default=1.0, help="seconds per step of the simulated ranks")
+    ap.add_argument("--hub-steps", type=int, default=10, help="steps measured over the wire")
+    ap.add_argument("--series", type=int, default=200, help="monitor series per rank (summary mode)")
     ap.add_argument("--ranks", type=int, nargs="+", default=[64, 256], help="ranks of the summary-mode part")
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--tensors", type=int, default=1500, help="captured tensors per rank and step")
     args = ap.parse_args(argv)
-    transport(args.real, args.simulated)
+    transport(args.real, args.simulated, args.period, args.hub_steps, args.series)
     rows = [run(r, args.steps, args.tensors) for r in args.ranks]
     head = ("ranks", "steps", "tensors/rank", "rank: summary ms", "hub ms/step", "hub p95 ms", "first(all) ms",
             "summary B/rank/step", "full table B/rank/step")
