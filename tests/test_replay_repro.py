@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -138,10 +139,14 @@ def test_load_repro_reads_json_and_arrays_only(nan_run):
         nbdebug.load_repro(tmp)
 
 
-def test_save_repro_refuses_an_lr_scheduler_with_the_reason(tmp_path):
+def test_save_repro_rebuilds_an_lr_scheduler_and_refuses_a_lambda(tmp_path, monkeypatch):
+    (tmp_path / "divmodel.py").write_text(MODEL_SOURCE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import divmodel
+
     torch.manual_seed(0)
-    model = torch.nn.Linear(4, 1)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    model = divmodel.make()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
     dbg = nbdebug.Debugger(model, level="L0")
 
@@ -152,10 +157,33 @@ def test_save_repro_refuses_an_lr_scheduler_with_the_reason(tmp_path):
         loss.backward()
         opt.step()
         sched.step()
+        return loss.detach() * opt.param_groups[0]["lr"]  # the rate the scheduler set after the step
+
+    for _ in range(3):
+        train_step(torch.rand(3, 4) + 0.5)
+    folder = dbg.save_repro(tmp_path / "repro")
+    manifest = json.loads((tmp_path / "repro" / "manifest.json").read_text())
+    assert manifest["state"]["schedulers"][0]["class"][1] == "StepLR"
+    assert "import pickle" not in (tmp_path / "repro" / "repro.py").read_text()
+    done = _run(folder, pythonpath=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "bitwise identical" in done.stdout
+    dbg.close()
+
+    lam = torch.optim.lr_scheduler.LambdaLR(opt, lambda e: 0.9 ** e)
+    dbg = nbdebug.Debugger(model, level="L0")
+
+    @dbg.step_fn
+    def lambda_step(x):
+        opt.zero_grad()
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        opt.step()
+        lam.step()
         return loss
 
-    train_step(torch.rand(3, 4))
-    with pytest.raises(ValueError, match=r"LR scheduler \(StepLR\).*hyper-parameters, which are saved"):
-        dbg.save_repro(tmp_path / "repro", model_factory="mymodels:make")
-    assert not (tmp_path / "repro" / "repro.py").exists()
+    lambda_step(torch.rand(3, 4) + 0.5)
+    with pytest.raises(ValueError, match="LambdaLR computes its rate with Python functions"):
+        dbg.save_repro(tmp_path / "repro2")
     dbg.close()
+    sys.modules.pop("divmodel", None)

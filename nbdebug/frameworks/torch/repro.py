@@ -220,8 +220,10 @@ def bindings(fn: Any, model: Any, objects: dict[str, list[Any]]) -> list[str]:
         if v is model:
             lines.append(f"{name} = model")
             continue
-        found = next((f"{kind}[{i}]" for kind, objs in objects.items() for i, o in enumerate(objs)
-                      if o is v or getattr(v, "optimizer", None) is o), None)
+        found = next((f"{kind}[{i}]" for kind, objs in objects.items() for i, o in enumerate(objs) if o is v),
+                     None)  # the object itself first: a scheduler's .optimizer is an optimizer too
+        found = found or next((f"optimizers[{i}]" for i, o in enumerate(objects.get("optimizers", []))
+                               if getattr(v, "optimizer", None) is o and _kind_of(v) == "optimizers"), None)
         if found is not None:
             lines.append(f"{name} = {found}")
         elif isinstance(v, types.ModuleType):
@@ -235,6 +237,12 @@ def bindings(fn: Any, model: Any, objects: dict[str, list[Any]]) -> list[str]:
             raise ReproUnsupported(f"the step function uses {name!r}, a {type(v).__name__} the script cannot "
                                    f"rebuild: pass it as an argument of the step, or make it a module-level name")
     return lines
+
+
+def _kind_of(v: Any) -> str | None:
+    from .replay_state import _kind
+
+    return _kind(v)
 
 
 def step_source(fn: Any) -> str:
@@ -275,19 +283,32 @@ def _state_tensors(model: Any, state: Any, objects: dict[str, list[Any]], tensor
     for i, (sc, attrs) in enumerate(state.scalers):
         plain = {k: v for k, v in attrs.items() if k != "_per_optimizer_states"}
         out["scalers"].append({"device": getattr(sc, "_device", "cpu"), "attrs": encode(plain, tensors, f"scaler{i}")})
-    if state.schedulers:  # a scheduler rebuilt from its state_dict without its constructor did not step alike
-        raise ReproUnsupported(
-            "the step uses an LR scheduler (" + ", ".join(type(sc).__name__ for sc, _ in state.schedulers) +
-            "): save_repro does not rebuild schedulers — a scheduler made from its state_dict without its "
-            "constructor (which would step it) did not set the same rate as the live one, and LambdaLR's "
-            "functions are not in its state_dict; mark a step function that does not call scheduler.step() "
-            "(the rate the step uses is in the optimizer's hyper-parameters, which are saved)")
+    out["schedulers"] = [_scheduler(i, sched, sd, objects, tensors) for i, (sched, sd) in enumerate(state.schedulers)]
     rng = state.rng
     tensors["rng/torch"] = rng["torch"]
     tensors["rng/numpy"] = torch.from_numpy(rng["numpy"][1].astype(np.int64))
     out["rng"] = {"python": [rng["python"][0], list(rng["python"][1]), rng["python"][2]],
                   "numpy": [rng["numpy"][0], int(rng["numpy"][2]), int(rng["numpy"][3]), float(rng["numpy"][4])]}
     return out
+
+
+def _scheduler(i: int, sched: Any, sd: dict, objects: dict[str, list[Any]], tensors: dict) -> dict[str, Any]:
+    """An LR scheduler as its class, its optimizer's index and its ``state_dict`` as JSON; one whose state
+    holds functions (``LambdaLR``'s lambdas are left out of its state_dict) or other objects is refused."""
+    opts = objects.get("optimizers", [])
+    k = next((j for j, o in enumerate(opts) if o is getattr(sched, "optimizer", None)), None)
+    cls = type(sched)
+    if k is None or not cls.__module__.startswith("torch.optim"):
+        raise ReproUnsupported(f"the LR scheduler {cls.__name__} is not one of torch.optim.lr_scheduler's over a "
+                               f"found optimizer: the script cannot rebuild it")
+    if any(callable(v) for v in vars(sched).values()) or hasattr(sched, "lr_lambdas"):
+        raise ReproUnsupported(f"the LR scheduler {cls.__name__} computes its rate with Python functions, which "
+                               f"its state_dict leaves out and a folder does not hold (code is never saved)")
+    try:
+        state = encode(dict(sd), tensors, f"sched{i}")
+    except ReproUnsupported as e:
+        raise ReproUnsupported(f"the LR scheduler {cls.__name__}'s state cannot be saved: {e}") from None
+    return {"class": [cls.__module__, cls.__qualname__], "optimizer": k, "state": state}
 
 
 _BUILD = '''
@@ -328,6 +349,12 @@ for s in S["scalers"]:
         setattr(sc, k, v)
     scalers.append(sc)
 schedulers = []
+for s in S["schedulers"]:  # rebuilt without its constructor (which would step it): its state_dict, loaded
+    cls = getattr(importlib.import_module(s["class"][0]), s["class"][1])
+    sched = cls.__new__(cls)
+    sched.optimizer = optimizers[s["optimizer"]]
+    sched.load_state_dict(decode(s["state"]))
+    schedulers.append(sched)
 py = S["rng"]["python"]
 random.setstate((py[0], tuple(py[1]), py[2]))
 npr = S["rng"]["numpy"]
