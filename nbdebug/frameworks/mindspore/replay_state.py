@@ -64,6 +64,11 @@ def find_objects(fn: Callable, model: Any, **given: Any) -> dict[str, list[Any]]
     its bound object or (a ``TrainOneStepCell``) its ``optimizer``; ``optimizers=`` replaces what is found.
     ``scalers``/``schedulers`` are PyTorch's: MindSpore's loss scale and learning rate live in Parameters of
     the optimizer or the train Cell."""
+    if ms.get_context("mode") == ms.GRAPH_MODE:
+        raise NotImplementedError(
+            "replaying a step is built for MindSpore's PyNative mode only: in GRAPH mode the step is a compiled "
+            "graph whose kernels MindSpore dumps as a whole run; re-running it from the kept Parameters with the "
+            "dump armed is possible but not built (README: Replay a step, MindSpore)")
     found: dict[str, list[Any]] = {"optimizers": [], "scalers": [], "schedulers": []}
     fn = getattr(fn, "__wrapped__", fn)
     values: list[Any] = [getattr(fn, "optimizer", None)] if isinstance(fn, nn.Cell) else []
