@@ -148,6 +148,9 @@ def test_compare_ranks(job3):
 
 
 def test_job_rejects_bad_input():
+    import nbdebug.offline  # a submodule: imported here, not relied on as a side effect of earlier tests
+    import nbdebug.session.session
+
     with pytest.raises(ValueError, match="non-empty"):
         Job({})
     with pytest.raises(ValueError, match="ranks are ints"):

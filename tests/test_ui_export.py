@@ -117,7 +117,10 @@ def test_export_opens_in_chromium_with_no_server(trained, tmp_path, chromium):
     page.on("request", lambda r: requests.append(r.url))
     try:
         page.goto(path.as_uri())
-        page.wait_for_function("window.nbdebugRendered && window.nbdebugRendered.length === 1", timeout=20000)
+        # every view of the export drew: the graph and the run timeline, nothing else
+        page.wait_for_function("window.nbdebugRendered && window.nbdebugRendered.length === "
+                               "document.querySelectorAll('[data-nbdebug-snapshot]').length", timeout=20000)
+        assert sorted(page.evaluate("window.nbdebugRendered")) == ["nbdebug-graph", "nbdebug-timeline"]
         assert errors == []
         assert all(u.startswith(("file:", "blob:", "data:")) for u in requests), requests
         assert page.evaluate("typeof window.nbdebugUI.renderStatic") == "function"
