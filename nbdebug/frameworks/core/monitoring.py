@@ -40,24 +40,34 @@ from ...session.stats import COL
 _NORM, _MAX, _MIN = COL["norm"], COL["max"], COL["min"]
 
 
-class MonitorRows:
-    """Assembles each step's monitor row (one growing key list: the same object every step)."""
+class KeyColumns:
+    """A growing list of series keys and each key's column in it (the same list object every step, so the
+    session's :class:`~nbdebug.session.monitor.Monitor` finds its columns once)."""
 
-    def __init__(self, prefix: str, derive: bool) -> None:
-        self.prefix = prefix + "."
-        self.derive = derive
+    def __init__(self) -> None:
         self.keys: list[Key] = []
         self._col: dict[Key, int] = {}
-        self._table_cache: tuple[Any, int, tuple[np.ndarray, ...]] | None = None
-        self._probe_cache: tuple[Any, int, np.ndarray] | None = None
-        self._post_cache: tuple[Any, ...] | None = None
 
     def col(self, key: Key) -> int:
+        """The column of ``key``, added at the end the first time."""
         c = self._col.get(key)
         if c is None:
             c = self._col[key] = len(self.keys)
             self.keys.append(key)
         return c
+
+
+class MonitorRows(KeyColumns):
+    """Assembles each step's monitor row (one growing key list: the same object every step)."""
+
+    def __init__(self, prefix: str, derive: bool) -> None:
+        self.prefix = prefix + "."
+        self.derive = derive
+        super().__init__()
+        self._table_cache: tuple[Any, int, tuple[np.ndarray, ...]] | None = None
+        self._probe_cache: tuple[Any, int, np.ndarray] | None = None
+        self._post_cache: tuple[Any, ...] | None = None
+
 
     def row(self, table: Any, probe_keys: Sequence[Key], probe_values: np.ndarray,
             probe_present: np.ndarray | None = None) -> tuple[list[Key], np.ndarray, np.ndarray]:

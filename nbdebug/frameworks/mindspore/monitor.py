@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from ...session.monitor import RUN, Key
-from ..core.monitoring import total_norm
+from ..core.monitoring import KeyColumns, total_norm
 from .ops import TensorBase
 from .stats import StatsBuffer
 
@@ -69,13 +69,12 @@ def _floating(meta: tuple) -> bool:
     return meta[3] is None and meta[2] > 0 and ("float" in meta[0])
 
 
-class MindSporeMonitor:
+class MindSporeMonitor(KeyColumns):
     """The monitor probe of one attached Cell (see the module docstring)."""
 
     def __init__(self, adapter: Any, model: Any, grad_recording: Any) -> None:
         self.adapter = adapter
-        self.keys: list[Key] = []
-        self._col: dict[Key, int] = {}
+        KeyColumns.__init__(self)
         self._grad_recording = grad_recording
         self._new_step()
         self._gen = 0  # step generation: gradient hooks of an earlier step's outputs do nothing
@@ -94,13 +93,6 @@ class MindSporeMonitor:
         self._loss: tuple[int, Any] | None = None  # (priority, buffer row or float)
         self._seen: set[int] = set()
         self._grad_cols: list[int] = []
-
-    def col(self, key: Key) -> int:
-        c = self._col.get(key)
-        if c is None:
-            c = self._col[key] = len(self.keys)
-            self.keys.append(key)
-        return c
 
     def close(self) -> None:
         self.closed = True

@@ -45,6 +45,7 @@ import numpy as np
 from mindspore import nn
 from mindspore.ops.primitive import Primitive
 
+from ..core.reach import reachable_values
 from .ops import TensorBase
 
 _IMMUTABLE = (int, float, complex, bool, str, bytes, type(None), type(Ellipsis), range, slice, frozenset,
@@ -70,16 +71,9 @@ def find_objects(fn: Callable, model: Any, **given: Any) -> dict[str, list[Any]]
             "graph whose kernels MindSpore dumps as a whole run; re-running it from the kept Parameters with the "
             "dump armed is possible but not built (README: Replay a step, MindSpore)")
     found: dict[str, list[Any]] = {"optimizers": [], "scalers": [], "schedulers": []}
-    fn = getattr(fn, "__wrapped__", fn)
-    values: list[Any] = [getattr(fn, "optimizer", None)] if isinstance(fn, nn.Cell) else []
-    code = getattr(fn, "__code__", None)
-    if code is not None:
-        values += [c.cell_contents for c in (fn.__closure__ or ()) if _filled(c)]
-        values += [fn.__globals__[n] for n in code.co_names if n in fn.__globals__]
-    bound = getattr(fn, "__self__", None)
-    if bound is not None and hasattr(bound, "__dict__"):
-        values += list(vars(bound).values())
-    for v in values:
+    inner = getattr(fn, "__wrapped__", fn)
+    values: list[Any] = [getattr(inner, "optimizer", None)] if isinstance(inner, nn.Cell) else []
+    for v in values + reachable_values(fn):
         if isinstance(v, nn.Optimizer) and not any(v is o for o in found["optimizers"]):
             found["optimizers"].append(v)
     for kind, objs in given.items():
@@ -91,13 +85,6 @@ def find_objects(fn: Callable, model: Any, **given: Any) -> dict[str, list[Any]]
             found[kind] = list(objs) if isinstance(objs, (list, tuple)) else [objs]
     return found
 
-
-def _filled(cell: Any) -> bool:
-    try:
-        _ = cell.cell_contents
-    except ValueError:
-        return False
-    return True
 
 
 def random_primitives(model: Any) -> list[str]:

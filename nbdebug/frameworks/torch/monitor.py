@@ -44,7 +44,7 @@ import numpy as np
 import torch
 
 from ...session.monitor import RUN, Key
-from ..core.monitoring import total_norm
+from ..core.monitoring import KeyColumns, total_norm
 from .stats import StatsBuffer
 
 _HALF = (torch.float16, torch.bfloat16)
@@ -90,15 +90,14 @@ class _OptimizerSlots:
         self.copied = False
 
 
-class TorchMonitor:
+class TorchMonitor(KeyColumns):
     """The monitor probe of one attached model (see the module docstring)."""
 
     def __init__(self, adapter: Any, model: torch.nn.Module, *, modules: bool, weights: bool,
                  wrap: Callable[[Callable], Callable]) -> None:
         self.adapter = adapter
         self.weights = weights  # measure weight norms (False where the statistics give them)
-        self.keys: list[Key] = []
-        self._col: dict[Key, int] = {}
+        KeyColumns.__init__(self)
         self._idx: list[int] = []  # column of each queued value
         self._vals: list[torch.Tensor] = []  # 0-d tensors, on their devices
         #: module outputs and their gradients: one raw statistics row each (on CPU the one-pass C kernel
@@ -121,13 +120,6 @@ class TorchMonitor:
                 hook = self._module_hook(f"Module.{path}.{type(mod).__name__}")
                 self._handles.append(mod.register_forward_hook(wrap(hook)))
         self._handles.append(model.register_forward_hook(wrap(self._root_hook)))
-
-    def col(self, key: Key) -> int:
-        c = self._col.get(key)
-        if c is None:
-            c = self._col[key] = len(self.keys)
-            self.keys.append(key)
-        return c
 
     def close(self) -> None:
         self.closed = True

@@ -41,6 +41,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..core.reach import reachable_values
+
 _IMMUTABLE = (int, float, complex, bool, str, bytes, type(None), type(Ellipsis), range, slice, torch.dtype,
               torch.device, torch.layout, torch.memory_format, enum.Enum, types.FunctionType,
               types.BuiltinFunctionType)
@@ -70,16 +72,7 @@ def find_objects(fn: Callable, model: Any, **given: Any) -> dict[str, list[Any]]
     or the globals it names; ``given`` (``optimizers=``, ``scalers=``, ``schedulers=``, one object or a
     list) replaces what is found."""
     found: dict[str, list[Any]] = {"optimizers": [], "scalers": [], "schedulers": []}
-    fn = getattr(fn, "__wrapped__", fn)
-    code = getattr(fn, "__code__", None)
-    values: list[Any] = []
-    if code is not None:
-        values += [c.cell_contents for c in (fn.__closure__ or ()) if _filled(c)]
-        values += [fn.__globals__[n] for n in code.co_names if n in fn.__globals__]
-    bound = getattr(fn, "__self__", None)
-    if bound is not None:
-        values += list(vars(bound).values()) if hasattr(bound, "__dict__") else []
-    for v in values:
+    for v in reachable_values(fn):
         kind = _kind(v)
         if kind is not None and not any(v is o for o in found[kind]):
             found[kind].append(v)
@@ -91,13 +84,6 @@ def find_objects(fn: Callable, model: Any, **given: Any) -> dict[str, list[Any]]
     found["optimizers"] = [_unwrap_optimizer(o) for o in found["optimizers"]]
     return found
 
-
-def _filled(cell: Any) -> bool:
-    try:
-        _ = cell.cell_contents
-    except ValueError:
-        return False
-    return True
 
 
 # -- copies -------------------------------------------------------------------------------------------
