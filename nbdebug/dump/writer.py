@@ -36,16 +36,10 @@ own ops still appear, as ``Tensor.add_.N.forward`` and so on, exactly as msProbe
 from __future__ import annotations
 
 import atexit
-import errno
-import glob
-import linecache
 import os
-import sys
 import threading
 import traceback
 import warnings
-import weakref
-from collections import deque
 from dataclasses import fields, is_dataclass
 from typing import Any
 
@@ -53,116 +47,20 @@ import numpy as np
 
 from ..frameworks.registry import backend_named
 from .config import DumpConfig
+from .entry_parts import (
+    DROPOUT,
+    NBDEBUG_ONLY,
+    NdSnap,
+    call_from_slots,
+    call_stack,
+    dropout_p,
+    entry_kind,
+    place,
+    slot_path,
+)
 from .filters import Selection, risk_keeps
 from .journal import Journal
-
-NBDEBUG_ONLY = ("Parameter.", "Input.", "Constant.", "Optimizer.")
-_PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-
-
-def call_stack() -> list[str]:
-    """The caller's frames, innermost first, msProbe-style (``File f, line n, in fn, \\n source``).
-
-    nbdebug's own frames are left out, as msProbe leaves out its own."""
-    out: list[str] = []
-    f = sys._getframe(1)
-    while f is not None:
-        fn = f.f_code.co_filename
-        if not fn.startswith(_PKG_DIR):
-            src = linecache.getline(fn, f.f_lineno).strip()
-            if src:
-                out.append(f"File {fn}, line {f.f_lineno}, in {f.f_code.co_name}, \n {src}")
-        f = f.f_back
-    return out
-
-
-class NdSnap:
-    """A numpy array argument: described with numpy statistics, saved like msProbe does."""
-
-    __slots__ = ("arr", "head", "data_name")
-
-    def __init__(self, arr: np.ndarray, keep: bool) -> None:
-        stats: dict[str, Any] = {"Max": None, "Min": None, "Mean": None, "Norm": None}
-        if arr.size and arr.dtype.kind not in ("U", "S"):
-            try:
-                stats = {"Max": np.max(arr).item(), "Min": np.min(arr).item(), "Mean": np.mean(arr).item(),
-                         "Norm": np.linalg.norm(arr).item()}
-            except (TypeError, ValueError):
-                pass
-        self.head = {"type": "numpy.ndarray", "dtype": str(arr.dtype), "shape": list(arr.shape), **stats}
-        self.arr = arr.copy() if keep else None
-        self.data_name: str | None = None
-
-
-_DROPOUT = ("Functional.dropout.", "Functional.dropout1d.", "Functional.dropout2d.", "Functional.dropout3d.",
-            "Functional.alpha_dropout.", "Functional.feature_alpha_dropout.")
-
-
-def _dropout_p(args: tuple, kwargs: dict) -> Any:
-    p = kwargs.get("p", 0.5)
-    if len(args) >= 2:
-        p = args[1]
-    return p
-
-
-def _kind(node: Any) -> str | None:
-    if node.kind == "module":
-        return "mod_b" if node.section == "backward" else "mod_f"
-    if node.kind == "parameter":
-        return "pgrad" if ".parameters_grad." in node.name else None
-    if node.kind == "op":
-        return "api_b" if node.section == "backward" else "api_f"
-    return None
-
-
-def _slot_path(slot: str) -> tuple[str, tuple[Any, ...]]:
-    """``output.1.0`` -> ("output", (1, 0))."""
-    head, _, rest = slot.partition(".")
-    return head, tuple(int(p) if p.isdigit() else p for p in rest.split(".")) if rest else ()
-
-
-def _place(lst: list[Any], path: tuple[Any, ...], value: Any) -> None:
-    for i, p in enumerate(path):
-        if not isinstance(p, int):
-            return
-        while len(lst) <= p:
-            lst.append(None)
-        if i == len(path) - 1:
-            lst[p] = value
-        else:
-            if not isinstance(lst[p], list):
-                lst[p] = []
-            lst = lst[p]
-
-
-class _Queue:
-    """FIFO between the training thread and the writer thread, bounded by item count and bytes."""
-
-    def __init__(self, max_items: int, max_bytes: int) -> None:
-        self.items: deque[tuple[Any, int]] = deque()
-        self.bytes = 0
-        self.max_items, self.max_bytes = max_items, max_bytes
-        self.busy = 0
-        self.cv = threading.Condition()
-
-    def put(self, item: Any, nbytes: int = 0) -> None:
-        with self.cv:
-            while self.items and (len(self.items) >= self.max_items or self.bytes + nbytes > self.max_bytes):
-                self.cv.wait()
-            self.items.append((item, nbytes))
-            self.bytes += nbytes
-            self.cv.notify_all()
-
-    def get(self) -> Any:
-        with self.cv:
-            self.busy = 0
-            while not self.items:
-                self.cv.wait()
-            item, nbytes = self.items.popleft()
-            self.bytes -= nbytes
-            self.busy = 1  # until the next get(): the item is being written
-            self.cv.notify_all()
-            return item
+from .write_queue import WriteQueue, close_at_exit, no_leftovers, write_cause
 
 
 class DumpWriter:
@@ -206,7 +104,7 @@ class DumpWriter:
         #: whether nodes executing now are dumped (PrecisionDebugger's start/stop); an API whose forward was
         #: dumped still gets its backward dumped while this is off, as msProbe does
         self.recording = True
-        self._queue = _Queue(max_pending_items, max_pending_bytes)
+        self._queue = WriteQueue(max_pending_items, max_pending_bytes)
         self._journal: Journal | None = None
         self._bwd: dict[str, dict[str, dict[tuple, Any]]] = {}
         self._debug_counts: dict[str, int] = {}
@@ -216,7 +114,7 @@ class DumpWriter:
         self._snap_types = (adapter_io.snap_class, NdSnap)
         adapter_io.install(self.tap, self._snap)
         self._unsub = session.subscribe("step", self._on_session_step) if session is not None else None
-        self._atexit = _exit_hook(self)
+        self._atexit = close_at_exit(self)
         atexit.register(self._atexit)
 
     # -- per-step state (training thread) ---------------------------------------------------------
@@ -268,7 +166,7 @@ class DumpWriter:
 
         errs, self.errors = self.errors, []
         where = where or self.config.dump_path
-        cause = _cause(errs, where)
+        cause = write_cause(errs, where)
         msg = (f"step {step} {what}: {cause}. Training goes on; later steps are dumped as usual once the cause "
                f"is fixed")
         self.problems.append(DumpProblem(where, msg))
@@ -341,7 +239,7 @@ class DumpWriter:
         name = node.name
         if name.startswith(NBDEBUG_ONLY) or self.closed:
             return
-        kind = _kind(node)
+        kind = entry_kind(node)
         level = self.level
         if kind is None or level == "debug":
             return
@@ -395,13 +293,13 @@ class DumpWriter:
         want_in, want_out = cfg.allowed("forward", "input"), cfg.allowed("forward", "output")
         if not (want_in or want_out):
             return
-        args, kwargs, out = call if call is not None else self._call_from_slots(tensors)
+        args, kwargs, out = call if call is not None else call_from_slots(tensors)
         if kind == "mod_f":
             self._arity[name] = self.io.module_grad_arity(args)
         if kind == "api_f":
             self._arity[name] = self.io.grad_arity(out)
             args, kwargs = self.io.as_called(name, args, kwargs or {})
-            if name.startswith(_DROPOUT) and _dropout_p(args, kwargs) == 0:
+            if name.startswith(DROPOUT) and dropout_p(args, kwargs) == 0:
                 del self._chains[name]  # msProbe records no backward for a dropout with p=0
         part: dict[str, Any] = {}
         if want_in:
@@ -424,18 +322,6 @@ class DumpWriter:
             rec["o"] = True
         self._queue.put(("e", (rec, part)), self._bytes(part))
 
-    @staticmethod
-    def _call_from_slots(tensors: list[tuple[str, Any]]) -> tuple:
-        args: list[Any] = []
-        outs: list[Any] = []
-        for slot, t in tensors:
-            head, path = _slot_path(slot)
-            if head == "input" and path and isinstance(path[0], int):
-                _place(args, path, t)
-            elif head == "output":
-                _place(outs, path, t)
-        return tuple(args), {}, tuple(outs)
-
     def _backward(self, node: Any, kind: str, tensors: list[tuple[str, Any]]) -> None:
         name = node.name
         pair = node.pair
@@ -451,7 +337,7 @@ class DumpWriter:
             return
         slots: dict[str, dict[tuple, Any]] = {"input": {}, "output": {}}
         for slot, t in tensors:
-            head, path = _slot_path(slot)
+            head, path = slot_path(slot)
             if head in slots and want[head]:
                 snap = self._snap(t)
                 if self.config.needs_data:
@@ -644,7 +530,7 @@ class DumpWriter:
                     continue
                 lst: list[Any] = []
                 for path, value in sorted(acc[head].items(), key=lambda kv: tuple(str(p) for p in kv[0])):
-                    _place(lst, path or (0,), value)
+                    place(lst, path or (0,), value)
                 if arity is not None:
                     lst.extend([None] * (arity[i] - len(lst)))
                 data[head] = lst
@@ -672,7 +558,7 @@ class DumpWriter:
             out = dict(obj.head)
             if obj.data_name and obj.arr is not None and self.data_dir:
                 path = os.path.join(self.data_dir, obj.data_name)
-                with _no_leftovers(path):
+                with no_leftovers(path):
                     out["data_name"] = self.io.save_ndarray(obj.arr, path)
             return out
         if isinstance(obj, self._snap_types):
@@ -692,7 +578,7 @@ class DumpWriter:
             out["requires_grad"] = s.requires_grad
         if s.data_name and s.data is not None and self.data_dir:
             path = os.path.join(self.data_dir, s.data_name)
-            with _no_leftovers(path):
+            with no_leftovers(path):
                 io.save(s, path)
             out["data_name"] = s.data_name
         if self.md5:
@@ -721,61 +607,3 @@ class DumpWriter:
     def __repr__(self) -> str:
         where = self.rank_dir or self.last_dir or self.config.dump_path
         return f"<nbdebug.DumpWriter {self.config.task} level={self.level} {where}>"
-
-
-class _no_leftovers:  # noqa: N801 - a context manager used like a function
-    """On a failed save, remove the temporary files of ``path`` (``path.tmp*``) the saver left."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        if exc_type is not None:
-            for tmp in glob.glob(glob.escape(self.path) + ".tmp*"):
-                try:
-                    os.remove(tmp)
-                except OSError:
-                    pass
-
-
-def _cause(errors: list[str], where: str) -> str:
-    """A readable cause for writer errors: a full disk is said as such (torch's serializer reports it as
-    "PytorchStreamWriter failed writing file ..."), other errors are shown shortened."""
-    uniq = list(dict.fromkeys(e.splitlines()[0][:300] for e in errors if e))
-    text = "; ".join(uniq[:2]) + (f" ({len(errors)} failed writes in all)" if len(errors) > 2 else "") \
-        if uniq else "unknown error"
-    probe = where
-    while probe and not os.path.exists(probe):
-        parent = os.path.dirname(probe)
-        if parent == probe:
-            break
-        probe = parent
-    free = None
-    try:
-        st = os.statvfs(probe or ".")
-        free = st.f_bavail * st.f_frsize
-    except OSError:
-        pass
-    full = (os.strerror(errno.ENOSPC) in text or "ENOSPC" in text or os.strerror(errno.EDQUOT) in text
-            or (free is not None and free < 1 << 20))
-    if full:
-        return (f"the disk holding {probe or where} is full ({free if free is not None else '?'} bytes free); "
-                f"free some space or dump elsewhere (cause: {text})")
-    return text
-
-
-def _exit_hook(writer: DumpWriter) -> Any:
-    ref = weakref.ref(writer)
-
-    def at_exit() -> None:  # the interpreter is ending: write what was produced (as msProbe does)
-        w = ref()
-        if w is not None and not w.closed:
-            try:
-                w.close()
-            except Exception:
-                pass
-
-    return at_exit
