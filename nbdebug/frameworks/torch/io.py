@@ -38,7 +38,7 @@ import torch
 from ...session.level import Level
 from ..core.snapshot import Snap, untap
 from ..encode import describe_plain
-from .adapter import mutated_args
+from .op_calls import mutated_args
 
 _INPLACE_DUNDERS = frozenset({
     "__iadd__", "__isub__", "__imul__", "__itruediv__", "__setitem__", "__ifloordiv__", "__imod__", "__ipow__",
