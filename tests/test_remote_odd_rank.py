@@ -59,7 +59,8 @@ def test_odd_rank_names_the_scaled_rank_at_its_step(tmp_path):
             assert all("ranks' median" in h.advice and "rank 2" in h.advice for h in at_k)
             # every rank's monitor series came over the wire, one row per step
             mon = job.source(0).session.monitor
-            assert mon.last_step is not None and mon.last_step >= K and ("Run", "loss") in mon
+            # (no Run loss: the script gives none and its model's output is no scalar, so the series is absent)
+            assert mon.last_step is not None and mon.last_step >= K and ("Run", "grad_norm_total") in mon
             srcs = [job.source(r) for r in job.ranks]
             until(lambda: all(str(s.state) == "paused" for s in srcs)
                   and len({s.step_index for s in srcs}) == 1, 60, "the job paused at one step")
