@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = Path(__file__).resolve().parent / "remote_scripts"
@@ -30,11 +31,12 @@ def progress(out: Path) -> int:
         return 0
 
 
-def until(cond, timeout: float = 30.0, what: str = "condition") -> None:
+def until(cond, timeout: float = 30.0, what: Any = "condition") -> None:
+    """Wait for ``cond()``; ``what`` (a text, or a function giving one at the time out) says what was awaited."""
     end = time.monotonic() + timeout
     while not cond():
         if time.monotonic() > end:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+            raise AssertionError(f"timed out after {timeout} s waiting for {what() if callable(what) else what}")
         time.sleep(0.02)
 
 

@@ -59,6 +59,17 @@ def _missing(path: Path, top_level_only: bool = False) -> frozenset[str]:
             if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "pytest_plugins" for t in node.targets):
                 plugins.update(e.value for e in getattr(node.value, "elts", []) if isinstance(e, ast.Constant))
     missing: set[str] = set()
+    if not in_tests:  # a package module's top-level relative imports (``from .ops import …``) count too
+        for node in ast.iter_child_nodes(tree):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                base = path.parent
+                for _ in range(node.level - 1):
+                    base = base.parent
+                target = base.joinpath(*(node.module or "").split(".")) if node.module else base
+                for cand in (target.with_suffix(".py"), target / "__init__.py"):
+                    if cand.is_file() and cand != path:
+                        missing |= _missing(cand, True)
+                        break
     for name in names | plugins:
         helper = TESTS / f"{name}.py"
         if in_tests and helper.is_file() and helper != path:
