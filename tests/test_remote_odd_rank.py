@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 
-import pytest
 import torch  # noqa: F401 - the job runs torch.distributed in its processes (tests/torch_only.py reads this)
 import zmq  # noqa: F401 - the listener needs ZeroMQ
 from ranks_checks import free_port
@@ -63,17 +62,10 @@ def test_odd_rank_names_the_scaled_rank_at_its_step(tmp_path):
             # (no Run loss: the script gives none and its model's output is no scalar, so the series is absent)
             assert mon.last_step is not None and mon.last_step >= K and ("Run", "grad_norm_total") in mon
             srcs = [job.source(r) for r in job.ranks]
-            try:
-                until(lambda: all(str(s.state) == "paused" for s in srcs)
-                      and len({s.step_index for s in srcs}) == 1, 60,
-                      lambda: f"the job paused at one step: {[(str(s.state), s.step_index) for s in srcs]}")
-            except AssertionError as e:
-                # KNOWN REGRESSION (closing note of wave 3 session 1): the ODD_RANK hits arrive, but the job's
-                # pause after them no longer lands (every rank runs to its end); to fix first next session
-                assert proc.wait(120) == 0, log.read_text()[-3000:]
-                pytest.xfail(f"an ODD_RANK hit over the wire does not pause the job: {e}")
-            for r in job.ranks:
-                job.source(r).terminate()
+            until(lambda: all(str(s.state) == "paused" for s in srcs)
+                  and len({s.step_index for s in srcs}) == 1, 60,
+                  lambda: f"the job paused at one step: {[(str(s.state), s.step_index) for s in srcs]}")
+            job.terminate()  # every rank at once: a rank ended alone would leave the others in a collective
             assert proc.wait(120) == 0, log.read_text()[-3000:]
         finally:
             try:

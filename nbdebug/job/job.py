@@ -103,6 +103,8 @@ class Job:
         self.hub = EventHub()
         #: the job's ODD_RANK watchpoints (one rank far from the others at the same step)
         self.odd_rank = OddRankWatch(self)
+        #: an ODD_RANK pause is on its way (later ODD_RANK steps add hits but must not move its boundary on)
+        self._odd_pausing = False
         for rank, src in sources.items():
             self.add(rank, src)
 
@@ -245,7 +247,10 @@ class Job:
         steps = getattr(view.obj.session, "steps", {}) or {}
         for step in [s for s in list(steps) if (rank, s) not in self._cache]:
             self.summary(rank, step)
-        if self.odd_rank.watches and self.odd_rank.on_step():  # an odd rank: pause the job like a hit does
+        if self.odd_rank.watches and self.odd_rank.on_step() and not self._odd_pausing:
+            # an odd rank: pause the job like a hit does, once — the condition holds on every later step too, and
+            # each new pause would move the boundary the ranks were asked to stop at one step on, for ever
+            self._odd_pausing = True
             if self.control is None:
                 self.pause()
             else:  # a listener's: this is its receiving thread, which pause_all's answers need
@@ -314,6 +319,7 @@ class Job:
         pauses after the same step, which is returned."""
         if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
             raise ValueError(f"steps must be a positive int or None, got {steps!r}")
+        self._odd_pausing = False  # a later odd rank pauses the job again
         if self.control is not None:
             self.control.cont_all(steps)
             return None

@@ -186,7 +186,10 @@ class Listener:
             running = [r["step_index"] for r, _f in replies if isinstance(r, dict) and "step_index" in r]
             if not running or max(running) <= step:
                 break
-            step = max(running)  # a process was already past S (messages in flight): all pause later
+            # a process was already past S (its mirror here lagged, or messages were in flight): all pause after
+            # the step after its current one — asking for the current one races the process past it, and a
+            # boundary a process has passed arms nothing (Controller.pause_after)
+            step = max(running) + 1
         return step
 
     def cont_all(self, steps: int | None = None) -> None:
