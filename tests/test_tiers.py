@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import playwright  # noqa: F401 - the tier test collects the browser tests (tests/torch_only.py reads this)
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
