@@ -18,10 +18,9 @@ from __future__ import annotations
 import networkx as nx
 import pytest
 import torch
+import transformers  # noqa: E402 - the numpy-2 run leaves this module out (tests/torch_only.py)
 
 import nbdebug
-
-transformers = pytest.importorskip("transformers")
 
 
 def _train(level: str, same_tensor: bool) -> nx.DiGraph:

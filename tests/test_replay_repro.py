@@ -11,10 +11,9 @@ import textwrap
 import numpy as np
 import pytest
 import torch
+import transformers  # noqa: E402 - the numpy-2 run leaves this module out (tests/torch_only.py)
 
 import nbdebug
-
-transformers = pytest.importorskip("transformers")
 
 MODEL_SOURCE = textwrap.dedent('''
     import torch

@@ -10,8 +10,6 @@ import torch
 import nbdebug
 from nbdebug.replay import ReplayMismatch
 
-transformers = pytest.importorskip("transformers")
-
 pytestmark = pytest.mark.timeout(300)
 
 
