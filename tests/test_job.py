@@ -312,3 +312,33 @@ def test_summaries_outlive_the_stats_window():
     finally:
         for d in dbgs:
             d.close()
+
+
+def test_first_nonfinite_waits_for_a_rank_still_in_the_step():
+    """A rank that only received NaN (here: later in the step) often reports before the rank that made it:
+    while a rank still runs the earliest non-finite step without having reported it, the job gives no answer
+    rather than a wrong one; once it reports, the earlier position wins."""
+    models, dbgs = _ranks(2)
+    try:
+        job = Job(dict(enumerate(dbgs)))
+        opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in models]
+        gen = torch.Generator().manual_seed(0)
+
+        def step(r, fault=False, late=False):
+            models[r].fault.armed, models[r].late.armed = fault, late
+            opts[r].zero_grad()
+            models[r](torch.randn(6, 4, generator=gen)).pow(2).mean().backward()
+            opts[r].step()
+
+        step(0), step(1)
+        step(0, late=True)  # rank 0's step 1 is non-finite late in the step; rank 1 has not run step 1
+        assert job.origins(1)[0] is not None and job.first_nonfinite() is None
+        step(1, fault=True)
+        first = job.first_nonfinite()
+        assert (first.rank, first.node, first.step) == (1, FAULT, 1)
+        dbgs[1].close()  # a rank that ends no longer holds the answer back
+        step(0, late=True)
+        assert job.first_nonfinite(step=2).rank == 0
+    finally:
+        for d in dbgs:
+            d.close()

@@ -267,13 +267,24 @@ class Job:
 
     def first_nonfinite(self, step: int | None = None) -> NonFinite | None:
         """The rank whose non-finite values came first (see the module docstring for "first"): in ``step``,
-        or (None) over every step, earliest step first. None when every rank is finite."""
+        or (None) over every step, earliest step first. None when every rank is finite — and while a rank
+        that still runs has not reported the earliest non-finite step (its own origin may come earlier in
+        that step: a rank that received NaN through the allreduce often reports before the one that made it)."""
         for s in (self.steps if step is None else [int(step)]):
-            found = [NonFinite(r, o[0], o[1], s, o[2]) for r in self.ranks
-                     if (sm := self.summary(r, s)) is not None and (o := sm.origin) is not None]
+            summaries = {r: self.summary(r, s) for r in self.ranks}
+            found = [NonFinite(r, o[0], o[1], s, o[2]) for r, sm in summaries.items()
+                     if sm is not None and (o := sm.origin) is not None]
             if found:
+                if any(self._unsettled(r, s) for r, sm in summaries.items() if sm is None):
+                    return None  # a rank still inside ``s`` may yet turn out first: no answer before it reports
                 return min(found, key=lambda f: (f.position, rank_order(f.rank)))
         return None
+
+    def _unsettled(self, rank: Any, step: int) -> bool:
+        """True while ``rank`` runs and has not reported ``step`` yet (still in it, or its summary on the way)."""
+        view = self._views.get(rank)
+        return (view is not None and view.live and view.state in ("running", "idle")
+                and view.running_step <= step + 1)
 
     def origins(self, step: int) -> dict[int, NonFinite | None]:
         """Each rank's own first non-finite origin in ``step``."""
