@@ -37,9 +37,11 @@ REPLAY_BUDGET = 1 << 62
 
 
 def replay(dbg: Any, kept: Kept, level: str = "mix", *, node: str | None = None, hits: Any = None,
-           strict: bool = False, tap: Any = None) -> ReplayedStep:
+           strict: bool = False, tap: Any = None, after: Any = None) -> ReplayedStep:
     """Step ``kept.step`` computed again at ``level``; see the module docstring. ``tap(node, tensors, call)``
-    sees each completed node with its call's arguments (``save_repro`` keeps one op's)."""
+    sees each completed node with its call's arguments (``save_repro`` keeps one op's); ``after()`` is
+    called once the step function has run, before the live state goes back (``save_repro`` reads the
+    values the step left)."""
     if level not in dbg.backend.levels:
         raise ValueError(f"unknown level {level!r}; choose one of {', '.join(dbg.backend.levels)}")
     if kept.problems:
@@ -77,6 +79,8 @@ def replay(dbg: Any, kept: Kept, level: str = "mix", *, node: str | None = None,
         for args, kwargs in kept.calls():
             a, k = rs.fresh_args(args, kwargs)
             outputs.append(rs.output_ref(kept.fn(*a, **k)))
+        if after is not None:
+            after()
     except Exception:  # noqa: BLE001 - the step failed in replay: reported in the result
         error = traceback.format_exc(limit=-4)
     finally:

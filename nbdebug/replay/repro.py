@@ -63,6 +63,8 @@ def save_repro(dbg: Any, path: Any, step: Any = "last", node: str | None = None,
     kept = dbg._replay.get(step) if dbg._replay is not None else dbg.replay(step)  # the latter raises
     rs = dbg.backend.replay_state()
     fw = dbg.backend.repro()
+    if hasattr(fw, "check"):  # what the framework's script cannot rebuild, refused before the replay
+        fw.check(node, model_factory)
     call: dict[str, Any] = {}
 
     def tap(n: Any, _tensors: Any, c: Any) -> None:
@@ -71,7 +73,10 @@ def save_repro(dbg: Any, path: Any, step: Any = "last", node: str | None = None,
             call["args"], call["kwargs"] = a, k
             call["out"] = rs.keep_args((c[2],), {})[0][0]
 
-    replayed = replay(dbg, kept, "mix", tap=tap if node is not None else None)
+    left: dict[str, Any] = {}  # the values the step left, where the framework's script checks them
+    after_step = getattr(fw, "after_step", None) if node is None else None
+    replayed = replay(dbg, kept, "mix", tap=tap if node is not None else None,
+                      after=(lambda: left.update(after_step(kept.state))) if after_step is not None else None)
     model = dbg._adapter.model_ref()
     version, _device = dbg.backend.info(model)
     header = (f"Reproduction of step {kept.step}" + (f", op {node}" if node else "") +
@@ -87,7 +92,8 @@ def save_repro(dbg: Any, path: Any, step: Any = "last", node: str | None = None,
         out = fw.save_op(folder, node, (call["args"], call["kwargs"]), call["out"], header)
     else:
         expected = kept.outputs[0] if kept.outputs else None
-        out = fw.save_step(folder, model, kept.state, kept.fn, kept.objects, expected, model_factory, header)
+        more = {"after": left} if after_step is not None else {}
+        out = fw.save_step(folder, model, kept.state, kept.fn, kept.objects, expected, model_factory, header, **more)
     manifest = dict(out["manifest"], step=kept.step, framework=dbg.backend.name, framework_version=version,
                     nbdebug=_version(), python=platform.python_version(), numpy=np.__version__,
                     bitwise_replay=replayed.bitwise)

@@ -108,6 +108,7 @@ class MindSporeBackend(Backend):
     io_module = ".io"
     io_class = "MindSporeIO"
     replay_module = ".replay_state"
+    repro_module = ".repro"
 
     def info(self, model: Any) -> tuple[str, str]:
         from .adapter import mindspore_info
