@@ -109,13 +109,17 @@ def _rank_loop(address: str, token: str, ranks: list[int], world: int, rows: int
             op, args = head["op"], head.get("args", {})
             if op == "tables":
                 full[r] = bool(args.get("on"))
-            if op == "pause_at_step":
-                pause_at[r] = None if args.get("step") is None else int(args["step"])
+            result = None
+            if op == "pause_at_step":  # as Controller.pause_after: nothing pending when paused at S or later
+                at = None if args.get("step") is None else int(args["step"])
+                pause_at[r] = None if at is not None and paused[r] and steps[r] - 1 >= at else at
+                result = {"step_index": steps[r], "state": "paused" if paused[r] else "running",
+                          "at_boundary": paused[r]}
             elif op == "cont":
                 paused[r] = False
             elif op == "terminate":
                 ended.add(r)
-            s.send_multipart(P.encode({"type": "reply", "re": head["id"], "ok": True, "result": None}))
+            s.send_multipart(P.encode({"type": "reply", "re": head["id"], "ok": True, "result": result}))
             if len(ended) == len(socks):
                 stop_at = 0
             if op == "cont":

@@ -149,7 +149,7 @@ PAUSE_BUDGET_PERIODS = 2.0
 
 
 def transport(real: list[int], simulated: list[int], period: float = 1.0, steps: int = 10,
-              series: int = 200) -> list[dict[str, Any]]:
+              series: int = 200, pauses: int = 3) -> list[dict[str, Any]]:
     """``bench/hub.py``'s figures (it prints them): real torchrun jobs, then simulated ranks; each judged."""
     if not real and not simulated:
         return []
@@ -157,13 +157,15 @@ def transport(real: list[int], simulated: list[int], period: float = 1.0, steps:
         out = Path(tmp) / "hub.json"
         subprocess.run([sys.executable, str(Path(__file__).with_name("hub.py")), "--real", *map(str, real),
                         "--ranks", *map(str, simulated), "--period", str(period), "--steps", str(steps),
-                        "--series", str(series), "--out", str(out)], check=True)
+                        "--series", str(series), "--pauses", str(pauses), "--out", str(out)], check=True)
         rows = json.loads(out.read_text())
     for r in rows:
+        each = ", ".join(f"{t / r['period_s']:.2f}" for t in r["pause_latencies_s"])
         ok = r["hub_cpu_ms_per_step"] <= HUB_BUDGET_MS and r["pause_periods"] <= PAUSE_BUDGET_PERIODS
         print(f"{r['ranks']} {'real' if r['real'] else 'simulated'} ranks at {1 / r['period_s']:g} step/s: hub CPU "
               f"{r['hub_cpu_ms_per_step']:.0f} ms/step (budget {HUB_BUDGET_MS:.0f}), pause_all "
-              f"{r['pause_periods']:.2f} periods (budget {PAUSE_BUDGET_PERIODS:g}), load average "
+              f"{r['pause_periods']:.2f} periods worst (budget {PAUSE_BUDGET_PERIODS:g}; each: "
+              f"{each}), load average "
               f"{r['load_average'][0]:.1f} on {r['cpus']} CPUs: {'within budget' if ok else 'OVER BUDGET'}")
     return rows
 
@@ -176,11 +178,15 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     ap.add_argument("--period", type=float, default=1.0, help="seconds per step of the simulated ranks")
     ap.add_argument("--hub-steps", type=int, default=10, help="steps measured over the wire")
     ap.add_argument("--series", type=int, default=200, help="monitor series per rank (summary mode)")
-    ap.add_argument("--ranks", type=int, nargs="+", default=[64, 256], help="ranks of the summary-mode part")
+    ap.add_argument("--pauses", type=int, default=3,
+                    help="pause_all measurements over the wire, at phases 0.05, 0.5, 0.9 of the step in turn")
+    ap.add_argument("--ranks", type=int, nargs="*", default=[64, 256], help="ranks of the summary-mode part")
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--tensors", type=int, default=1500, help="captured tensors per rank and step")
     args = ap.parse_args(argv)
-    transport(args.real, args.simulated, args.period, args.hub_steps, args.series)
+    transport(args.real, args.simulated, args.period, args.hub_steps, args.series, args.pauses)
+    if not args.ranks:
+        return []
     rows = [run(r, args.steps, args.tensors) for r in args.ranks]
     head = ("ranks", "steps", "tensors/rank", "rank: summary ms", "hub ms/step", "hub p95 ms", "first(all) ms",
             "summary B/rank/step", "full table B/rank/step")

@@ -199,13 +199,14 @@ class Job:
             ranks = self.ranks
         wps = {r: self.source(r).watch(condition, nodes, **params) for r in ranks}
         if isinstance(condition, str) and condition.strip().upper() == "ODD_RANK":
-            self.odd_rank.add(wps)
+            self.odd_rank.add(wps, nodes, params)
         return wps
 
     def unwatch(self) -> None:
         """Remove every watchpoint from every rank, and the job's from the ranks that join later."""
         with self._lock:
             self._watches = []
+            self.odd_rank.clear()  # ODD_RANK is the job's own: it goes with the ranks' watchpoints
             ranks = [r for r, v in self._views.items() if v.live]
         for r in ranks:
             self.source(r).unwatch()

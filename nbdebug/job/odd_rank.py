@@ -79,14 +79,46 @@ class OddRankWatch:
 
     def __init__(self, job: Any) -> None:
         self.job = job
+        #: per watch, ``{rank: Watchpoint}``: the ranks' watchpoints (a rank that joined later is added when its
+        #: watchpoint is found among its own, :meth:`watchpoint`)
         self.watches: list[dict[Any, Any]] = []
+        self._specs: list[tuple[Any, dict[str, Any]]] = []  # per watch, the ``nodes`` and params it was set with
         self._pools: list[_Pool] = []
         self._readers: dict[int, SeriesReader] = {}
         self.done = -1  # the last step evaluated
 
-    def add(self, wps: dict[Any, Any]) -> None:
-        self.watches.append(wps)
+    def add(self, wps: dict[Any, Any], nodes: Any = None, params: dict[str, Any] | None = None) -> None:
+        """A new ODD_RANK watch: the ranks' watchpoints, and what it was set with (``job.watch``'s ``nodes`` and
+        params), by which a rank that joins later has its own watchpoint found."""
+        self.watches.append(dict(wps))
+        self._specs.append((nodes, dict(params or {})))
         self._pools.append(_Pool())
+
+    def clear(self) -> None:
+        """Forget every watch (``Job.unwatch``); the hits they made stay in the ranks' hit lists."""
+        self.watches, self._specs, self._pools = [], [], []
+
+    def watchpoint(self, i: int, rank: Any) -> Any:
+        """Watch ``i``'s watchpoint on ``rank``: the one it was made with, or — a rank that joined after
+        ``job.watch`` (it got the watchpoint on joining: ``Job.add``, a listener's welcome) — its own ODD_RANK
+        watchpoint with the same nodes and params, found then kept; None when it has none (yet)."""
+        wps = self.watches[i]
+        if rank not in self.job.ranks:
+            return wps.get(rank)
+        own = getattr(getattr(self.job.source(rank), "watchpoints", None), "watchpoints", None)
+        if own is None:
+            return wps.get(rank)
+        wp = wps.get(rank)
+        if wp is not None and own.get(wp.id) is wp:
+            return wp
+        wps.pop(rank, None)  # gone from the rank (removed there, or a new process of that rank): look again
+        nodes, params = self._specs[i]
+        taken = {id(w.get(rank)) for w in self.watches}
+        for cand in list(own.values()):
+            if id(cand) not in taken and _same_watch(cand, nodes, params):
+                wps[rank] = cand
+                return cand
+        return None
 
     def _reader(self, rank: Any) -> SeriesReader | None:
         session = getattr(self.job.source(rank), "session", None)
@@ -104,7 +136,12 @@ class OddRankWatch:
         readers = [self._reader(k) for k in self.job.ranks]
         if not readers or any(r is None for r in readers):
             return []
+        for i in range(len(self.watches)):
+            for rank in self.job.ranks:
+                self.watchpoint(i, rank)  # ranks that joined since: their own watchpoints
         fields = {wp.params["field"] for wps in self.watches for wp in wps.values()}
+        if not fields:
+            return []
         upto = min(_latest(r, f) for r in readers for f in fields)
         out: list[tuple[Any, Any]] = []
         while self.done < upto:
@@ -118,10 +155,14 @@ class OddRankWatch:
         from ..watch.watchpoints import HitRecord
 
         out: list[tuple[Any, Any]] = []
-        for wps, pool in zip(self.watches, self._pools, strict=True):
-            field = next(iter(wps.values())).params["field"] if wps else "norm"
+        for i, (wps, pool) in enumerate(zip(self.watches, self._pools, strict=True)):
+            for rank in self.job.ranks:
+                self.watchpoint(i, rank)
+            if not wps:
+                continue
+            field = next(iter(wps.values())).params["field"]
             ranks = [r for r in self.job.ranks if (rd := self._reader(r)) is not None and rd.has_step(field, step)]
-            first = wps.get(ranks[0]) if ranks else None
+            first = next((wps[r] for r in ranks if r in wps), None)
             if first is None or not first.enabled:
                 continue
             z = first.params["z"]
@@ -153,6 +194,24 @@ class OddRankWatch:
                     hub.emit("hit", h)
                 out.append((rank, h))
         return out
+
+
+def _same_watch(wp: Any, nodes: Any, params: dict[str, Any]) -> bool:
+    """Whether ``wp`` is an ODD_RANK watchpoint set with ``nodes`` and ``params`` (numbers compared as floats: a
+    remote rank's come back through JSON)."""
+    if getattr(wp, "condition", None) != "ODD_RANK":
+        return False
+    want = None if nodes is None else ([nodes] if isinstance(nodes, str) else list(nodes))
+    if (None if wp.nodes is None else list(wp.nodes)) != want:
+        return False
+    for key, value in params.items():
+        have = wp.params.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and isinstance(have, (int, float)):
+            if float(have) != float(value):
+                return False
+        elif key != "target" and have != value:
+            return False
+    return True
 
 
 def _mad_small(n: int) -> float:

@@ -215,6 +215,8 @@ class Agent:
     _last_step_end: tuple[int, float] | None = None
 
     _resync_due = False
+    #: the notebook's welcome: the first monitor step it lacks (its mirror's last + 1; 0 after a kernel restart)
+    _monitor_from: int | None = None
     _terminating = False
     _hello_sent = False
     _hello_parts: list[Any] = []
@@ -324,6 +326,8 @@ class Agent:
             self._job_watches(head.get("watch"))
             with self._lock:
                 self.summary_mode, self._full = head.get("detail") == "summary", False
+                start = head.get("monitor_from")  # the first monitor step the notebook lacks (None: send none)
+                self._monitor_from = start if isinstance(start, int) and not isinstance(start, bool) else None
             self._answered.set()
             self._sync()
         elif kind == "refused":
@@ -370,14 +374,18 @@ class Agent:
                     for step in sorted(dbg.session.steps) if not self.summary_mode else ():
                         head, frames = P.table_header(dbg.session.steps[step], self._book)
                         msgs.append(P.encode({"type": "step", "step": step, "table": head, "replay": True}, frames))
+                    if self._monitor_from is not None:  # the monitor rows the notebook lacks (after a restart: all)
+                        for head, frames in self._monitor.replay(getattr(dbg.session, "monitor", None),
+                                                                 self._monitor_from):
+                            msgs.append(P.encode({"type": "monitor", **head}, frames))
                     msgs.append(self._state_message())
+                    for m in msgs:  # queued under the lock: no step message (new names, ids) slips in between
+                        self.pump.send(m)
                 break
             except (RuntimeError, KeyError):
                 if attempt == 19:
                     raise
                 time.sleep(0.01)
-        for m in msgs:
-            self.pump.send(m)
 
     # -- requests (pump thread) ---------------------------------------------------------------------
     def _serve(self, head: dict[str, Any]) -> None:
@@ -452,9 +460,13 @@ class Agent:
         """Pause at the end of step ``step`` (at the next step end when that one is already over; nothing
         when training is already paused at that boundary or a later one; None: forget the boundary) — the
         controller's :meth:`~nbdebug.control.Controller.pause_after`, which decides under its own lock, so a
-        request that crosses a pause of the process's own (a hit) cannot stay armed behind it."""
-        self.dbg.pause_after(None if step is None else int(step))
-        return {"step_index": self.dbg.session.step_index}, []
+        request that crosses a pause of the process's own (a hit) cannot stay armed behind it. The answer is the
+        step in progress, the state and whether it is paused at a step boundary (``hub.landing`` reads it)."""
+        dbg = self.dbg
+        dbg.pause_after(None if step is None else int(step))
+        state = dbg.state  # read after the request is armed: a pause at the boundary it names shows
+        return {"step_index": dbg.session.step_index, "state": str(state),
+                "at_boundary": state is State.PAUSED and dbg.current_node is None}, []
 
     def _op_terminate(self) -> Any:
         self._terminating = True

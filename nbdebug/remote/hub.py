@@ -174,23 +174,34 @@ class Listener:
 
     # -- group control --------------------------------------------------------------------------------
     def pause_all(self) -> int:
-        """Pause every connected process at the end of one step S, the same for all (the furthest
-        process's running step + 1: a margin for the message in flight; when a process answers that it
-        is already past S, S moves to its step for all); returns S."""
+        """Pause every connected process at one step boundary S, the earliest every one of them can still
+        reach: the end of the step the furthest process is in (as last heard here). A process found past S
+        (it finished that step before the request came, or paused by itself at a later boundary) moves S to
+        the end of its own step; processes that had already paused short of S are resumed up to it (as in
+        :meth:`line_up`), so none waits alone in a collective for a peer paused one step behind. Returns S.
+
+        Each process answers a ``pause_at_step`` request with its step and state (:func:`landing` reads
+        where it will stop); when S moves, every process is asked again — one that answered "running, in step
+        S+1" while it was still ending step S pauses at S after all, and the second answer says so."""
         live = self.live()
         if not live:
             raise RuntimeError("no process is connected")
-        step = max(s.session.step_index for s in live) + (1 if len(live) > 1 else 0)
-        for _ in range(5):
-            replies = self.request_all(live, "pause_at_step", {"step": step})
-            running = [r["step_index"] for r, _f in replies if isinstance(r, dict) and "step_index" in r]
-            if not running or max(running) <= step:
+        target = max(s.session.step_index - (str(s.state) == "paused" and s.current_node is None) for s in live)
+        lands: dict[int, int | None] = {}  # id(source) -> the boundary it stops at (None: paused short of target)
+        for _ in range(8):
+            replies = self.request_all(live, "pause_at_step", {"step": target})
+            for src, (reply, _f) in zip(live, replies, strict=True):
+                lands[id(src)] = landing(reply, target)
+                if isinstance(reply, dict) and isinstance(reply.get("step_index"), int):
+                    src.session.step_index = max(src.session.step_index, reply["step_index"])
+            furthest = max((b for b in lands.values() if b is not None), default=target)
+            if furthest <= target:
                 break
-            # a process was already past S (its mirror here lagged, or messages were in flight): all pause after
-            # the step after its current one — asking for the current one races the process past it, and a
-            # boundary a process has passed arms nothing (Controller.pause_after)
-            step = max(running) + 1
-        return step
+            target = furthest  # a process is past it: all stop at the end of its step
+        short = [s for s in live if lands.get(id(s)) is None]
+        if short:  # paused at an earlier boundary: they run up to ``target`` (pause_after is armed)
+            self.request_all(short, "cont", {"steps": None})
+        return target
 
     def cont_all(self, steps: int | None = None) -> None:
         """Continue every connected process (``steps`` more steps each). A step boundary some process was
@@ -377,6 +388,8 @@ class Listener:
         ranks = max(world if isinstance(world, int) else 0, len(self.sources))
         src.set_detail("summary" if ranks > self.summary_above else "full")
         welcome["detail"] = src.detail
+        last = src.session.monitor.last_step  # the monitor rows it lacks follow the sync (a new source: all)
+        welcome["monitor_from"] = 0 if last is None else int(last) + 1
         src.connected = True
         src.last_heard = time.monotonic()
         self._by_ident[ident] = src
@@ -435,6 +448,29 @@ class Listener:
 
     def __repr__(self) -> str:
         return f"<nbdebug.Listener {self.address} processes={len(self.sources)} connected={self.live_count()}>"
+
+
+def landing(reply: Any, target: int) -> int | None:
+    """The step boundary a process stops at after it was asked to pause after step ``target``, from its answer
+    (``{"step_index", "state", "at_boundary"}``): a running process pauses at the end of ``target`` or, when
+    already in a later step, of that step; a process paused at a step boundary stays there — None when that
+    boundary is before ``target`` (it must be resumed to reach it). An answer without a step: ``target``.
+
+    >>> landing({"step_index": 7, "state": "running"}, 7), landing({"step_index": 9, "state": "running"}, 7)
+    (7, 9)
+    >>> landing({"step_index": 7, "state": "paused", "at_boundary": True}, 7) is None
+    True
+    >>> landing({"step_index": 9, "state": "paused", "at_boundary": True}, 7), landing(None, 7)
+    (8, 7)
+    """
+    if not isinstance(reply, dict) or not isinstance(reply.get("step_index"), int):
+        return target
+    index = int(reply["step_index"])  # the step in progress (after a boundary: the next one)
+    if reply.get("state") == "paused":
+        if not reply.get("at_boundary"):
+            return target  # paused inside a step (at a node): it stays paused; asked to stop at target after
+        return index - 1 if index - 1 >= target else None
+    return max(index, target)
 
 
 def announce(src: RemoteSource) -> None:

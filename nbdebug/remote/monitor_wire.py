@@ -58,6 +58,37 @@ class MonitorSender:
         return head, [array_frame(ids), array_frame(values)]
 
 
+    def replay(self, monitor: Any, first: int, chunk: int = 256) -> list[tuple[dict[str, Any], list[Any]]]:
+        """The full-resolution rows of steps ``first`` on (those a notebook that reconnected lacks: every one
+        after a kernel restart) as ``monitor`` messages' ``(header, [ids, values])``, ``chunk`` steps each —
+        ``{"start", "keys", "steps", "rows"}`` (``rows``: each step's series count; the frames hold the steps'
+        ids and values one after the other). Steps folded into min/max blocks (older than the monitor's
+        ``horizon``) have no row to send. Only rows complete when this is called (up to ``last_step``)."""
+        if monitor is None or monitor.last_step is None:
+            return []
+        last = int(monitor.last_step)  # read first: a row is complete once last_step names it
+        steps, _rows = monitor.recent()
+        keys = list(monitor.keys)
+        n = len(steps)
+        if not n or not keys:
+            return []
+        _all, values = monitor.columns(keys)
+        _all, has = monitor.present(keys)
+        values, has = values[-n:], has[-n:]  # the full-resolution part (folded blocks come first)
+        pick = np.flatnonzero((steps >= first) & (steps <= last))
+        out = []
+        for lo in range(0, len(pick), chunk):
+            part = pick[lo:lo + chunk]
+            counts = has[part].sum(axis=1)
+            rows, cols = np.nonzero(has[part])
+            start, self.sent = self.sent, len(keys)
+            head = {"start": start, "keys": [[n_, f] for n_, f in keys[start:]],
+                    "steps": [int(x) for x in steps[part]], "rows": [int(c) for c in counts]}
+            out.append((head, [array_frame(cols.astype("<i4")),
+                               array_frame(values[part][rows, cols].astype("<f4"))]))
+        return out
+
+
 class MonitorReceiver:
     """The notebook's side: the connection's series names by id (:meth:`reset` when the process re-syncs)."""
 
@@ -92,3 +123,25 @@ class MonitorReceiver:
         values = np.frombuffer(raw_values, "<f4")  # record copies it into its own columns
         monitor.record(step, self._last[1], values)
         return True
+
+    def apply_rows(self, head: Mapping[str, Any], frames: Sequence[Any], monitor: Any) -> int:
+        """Record a ``monitor`` message's rows (:meth:`MonitorSender.replay`) into ``monitor``, skipping the steps
+        it already has; returns how many were recorded."""
+        steps, counts = head.get("steps"), head.get("rows")
+        if (not isinstance(steps, list) or not isinstance(counts, list) or len(steps) != len(counts)
+                or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in [*steps, *counts])):
+            raise ProtocolError("a monitor message needs lists of steps and row lengths, as long as each other")
+        total = sum(counts)
+        ids_all = np.frombuffer(memoryview(frames[0]).tobytes(), "<i4") if len(frames) >= 2 else None
+        if ids_all is None or len(ids_all) != total or memoryview(frames[1]).nbytes != 4 * total:
+            raise ProtocolError(f"monitor frames do not hold {total} values")
+        values_all = np.frombuffer(memoryview(frames[1]).tobytes(), "<f4")
+        offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        done = 0
+        for i, step in enumerate(steps):
+            lo, hi = int(offsets[i]), int(offsets[i + 1])
+            part = {"start": len(self.names), "keys": head.get("keys", ()) if i == 0 else (), "rows": hi - lo}
+            if i == 0 and int(head.get("start", -1)) != len(self.names):
+                raise ProtocolError(f"monitor series ids start at {head.get('start')}, {len(self.names)} known")
+            done += self.apply(part, [ids_all[lo:hi].tobytes(), values_all[lo:hi].tobytes()], step, monitor)
+        return done

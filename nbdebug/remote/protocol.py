@@ -33,7 +33,7 @@ from ..watch.watchpoints import HitRecord, Watchpoint
 VERSION = 1
 
 #: agent → hub
-AGENT_TYPES = ("hello", "sync", "step", "state", "hits", "reply", "ping", "bye")
+AGENT_TYPES = ("hello", "sync", "step", "monitor", "state", "hits", "reply", "ping", "bye")
 #: hub → agent
 HUB_TYPES = ("welcome", "refused", "request", "pong")
 TYPES = AGENT_TYPES + HUB_TYPES

@@ -312,6 +312,9 @@ class RemoteSource(Reader):
                 self.hub.emit("step", int(head["step"]))
                 if hit:
                     self.hub.emit("hit", hit)
+            elif kind == "monitor":  # monitor rows the notebook lacked after a (re)connect (monitor_wire.py)
+                if self._monitor.apply_rows(head, frames, self.session.monitor):
+                    self.hub.emit("step", int(self.session.monitor.last_step))
             elif kind == "state":
                 self._apply_state(head, frames)
             elif kind == "hits":
