@@ -80,6 +80,18 @@ def _heat(values: np.ndarray, title: str, step: str, diverging: bool | None = No
                            max_cells=MAX_HEATMAP)
 
 
+def _summary_html(result: CompareResult, labels: tuple[str, str] | None) -> str:
+    """The panel's first line: both sides and steps, the rows counted by status, the unmatched nodes."""
+    c = result.counts()
+    tl, gl = labels or (result.target_framework, result.golden_framework)
+    return (f"<b>{html.escape(tl)}</b> step {result.target_step} vs golden "
+            f"<b>{html.escape(gl)}</b> step {result.golden_step} — "
+            + " ".join(f"<span style='background:{COLOURS[s]};padding:0 4px;border:1px solid #bbb'>"
+                       f"{c[s]} {s}</span>" for s in ("error", "warning", "pass", "unmatched"))
+            + f" — unmatched nodes: {len(result.unmatched_target)} target, {len(result.unmatched_golden)} "
+              f"golden")
+
+
 class ComparePanel:
     """Widget over a :class:`~nbdebug.compare.result.CompareResult` (``.widget``; display the panel itself).
 
@@ -101,23 +113,34 @@ class ComparePanel:
         self.row_boxes: list[W.HBox] = []
         self.row_buttons: list[W.Button] = []
 
-        c = result.counts()
-        fd = result.first_divergence
-        tl, gl = labels or (result.target_framework, result.golden_framework)
-        summary = (f"<b>{html.escape(tl)}</b> step {result.target_step} vs golden "
-                   f"<b>{html.escape(gl)}</b> step {result.golden_step} — "
-                   + " ".join(f"<span style='background:{COLOURS[s]};padding:0 4px;border:1px solid #bbb'>"
-                              f"{c[s]} {s}</span>" for s in ("error", "warning", "pass", "unmatched"))
-                   + f" — unmatched nodes: {len(result.unmatched_target)} target, {len(result.unmatched_golden)} "
-                     f"golden")
-        self.summary = W.HTML(summary)
+        self.summary = W.HTML(_summary_html(result, labels))
         self.summary.add_class("nbdebug-compare-summary")
+        fd = result.first_divergence
         self.first_button = W.Button(description=f"first divergence: {fd.node}" if fd else "no divergence",
                                      disabled=fd is None, layout=W.Layout(width="auto"),
                                      tooltip=fd.describe() if fd else "")
         self.first_button.add_class("nbdebug-compare-first")
         self.first_button.on_click(lambda _b: self.select_first_divergence())
+        controls = self._build_controls()
+        self.header_row = W.HTML(self._header_html())
+        self.table = W.VBox(layout=W.Layout(max_height="420px", overflow="auto"))
+        self.detail = W.HTML("<i>click a row to compare its tensors</i>")
+        self.detail.add_class("nbdebug-compare-detail")
+        self._build_tensor_views()
+        self.graph_target: Any = None
+        self.graph_golden: Any = None
+        self.graph_message = W.HTML()
+        graph_boxes = self._build_graphs() if graphs else []
+        self.widget = W.VBox([
+            W.HBox([self.summary, self.first_button]), controls, self.filter_status, self.header_row,
+            self.table, self.detail, self.tensors, self.graph_message, W.HBox(graph_boxes),
+        ])
+        self.widget.add_class("nbdebug-compare")
+        self.refresh()
 
+    def _build_controls(self) -> W.HBox:
+        """The name and status filters, the sort menu and the page buttons; returns the row above the table
+        (the status filter is placed on its own row)."""
         self.filter_text = W.Text(placeholder="filter by name", layout=W.Layout(width="220px"))
         self.filter_text.add_class("nbdebug-compare-filter")
         self.filter_text.observe(lambda ch: self.set_filter(text=ch["new"]), names="value")
@@ -141,12 +164,12 @@ class ComparePanel:
         self.next_button.on_click(lambda _b: self.goto_page(self.page + 1))
         self.page_label = W.Label()
         self.page_label.add_class("nbdebug-compare-page")
+        return W.HBox([self.filter_text, self.sort_menu, self.desc_box, self.prev_button, self.page_label,
+                       self.next_button])
 
-        self.header_row = W.HTML(self._header_html())
-        self.table = W.VBox(layout=W.Layout(max_height="420px", overflow="auto"))
-        self.detail = W.HTML("<i>click a row to compare its tensors</i>")
-        self.detail.add_class("nbdebug-compare-detail")
-        #: the heatmaps of the selected row (front-end views); ``tensor_shown`` the arrays they show
+    def _build_tensor_views(self) -> None:
+        """The three heatmaps of the selected row (front-end views, hidden until a row is selected);
+        ``tensor_shown`` the arrays they show."""
         self.tensor_views: dict[str, FrontendWidget] = {}
         for key, _title in TENSOR_PANES:
             fw = FrontendWidget(view="heatmap", height=300, layout=W.Layout(width="33%", display="none"))
@@ -156,26 +179,17 @@ class ComparePanel:
         self.tensor_message = W.HTML("")
         self.tensors = W.VBox([self.tensor_message, W.HBox(list(self.tensor_views.values()))])
         self.tensors.add_class("nbdebug-compare-tensors")
-        self.graph_target: Any = None
-        self.graph_golden: Any = None
-        self.graph_message = W.HTML()
-        graph_boxes: list[Any] = []
-        if graphs:
-            self.graph_target, self.graph_golden = self._graph(result.target), self._graph(result.golden)
-            for gv, cls, title in ((self.graph_target, "nbdebug-compare-graph-target", "target"),
-                                   (self.graph_golden, "nbdebug-compare-graph-golden", "golden")):
-                if gv is not None:
-                    gv.widget.add_class(cls)
-                    graph_boxes.append(W.VBox([W.HTML(f"<b>{title}</b>"), gv.widget],
-                                              layout=W.Layout(width="50%")))
-        controls = W.HBox([self.filter_text, self.sort_menu, self.desc_box, self.prev_button, self.page_label,
-                           self.next_button])
-        self.widget = W.VBox([
-            W.HBox([self.summary, self.first_button]), controls, self.filter_status, self.header_row,
-            self.table, self.detail, self.tensors, self.graph_message, W.HBox(graph_boxes),
-        ])
-        self.widget.add_class("nbdebug-compare")
-        self.refresh()
+
+    def _build_graphs(self) -> list[W.VBox]:
+        """The graph views of both runs, each titled (a run whose graph cannot be drawn has none)."""
+        self.graph_target, self.graph_golden = self._graph(self.result.target), self._graph(self.result.golden)
+        boxes = []
+        for gv, cls, title in ((self.graph_target, "nbdebug-compare-graph-target", "target"),
+                               (self.graph_golden, "nbdebug-compare-graph-golden", "golden")):
+            if gv is not None:
+                gv.widget.add_class(cls)
+                boxes.append(W.VBox([W.HTML(f"<b>{title}</b>"), gv.widget], layout=W.Layout(width="50%")))
+        return boxes
 
     # -- graphs -------------------------------------------------------------------------------------
     def _graph(self, session: Any) -> Any:
