@@ -4,7 +4,9 @@ A step is one call of a function marked with ``@dbg.step_fn`` (forward, backward
 model, optimizers, ``GradScaler`` and LR schedulers reached through its closure or globals, or named:
 ``dbg.step_fn(optimizers=opt, scalers=scaler)``), or one optimizer step of a HuggingFace ``Trainer``
 given to ``dbg.step_fn(trainer)`` (its ``training_step`` calls of that step are kept and replayed:
-forward and backward; the optimizer step is the Trainer's own loop and is not replayed). At each call
+forward and backward; the optimizer step is the Trainer's own loop and is not replayed), or one step of a
+MindSpore ``mindspore.train.Model`` given to ``dbg.step_fn(model)`` (its ``train`` runs with the backend's
+callback keeping the batch; the replay runs the Model's train network: forward, backward, update). At each call
 the framework's backend keeps the pre-step state (``frameworks/<fw>/replay_state.py``); the window drops
 the oldest step's state and its buffers take the next copies. A step whose state is larger than
 ``replay_budget`` bytes is not kept (``replay`` of it says so).
@@ -84,6 +86,10 @@ class Keeper:
             return fn
         backend = self.dbg.backend
         rs = backend.replay_state()
+        if getattr(rs, "is_train_model", lambda _: False)(fn):
+            if objects:
+                raise TypeError("step_fn(model): a Model's optimizer is its train network's; name nothing else")
+            return self.wrap_model(fn)
         model = self.dbg._adapter.model_ref()
         found = rs.find_objects(fn, model, **objects)
 
@@ -114,10 +120,32 @@ class Keeper:
         trainer.training_step = training_step
         return trainer
 
-    def _call(self, fn: Any, rs: Any, model: Any, found: dict, ends_step: bool, args: tuple, kwargs: dict,
-              covers: str = "") -> Any:
-        dbg = self.dbg
-        step = dbg.session.step_index
+    def wrap_model(self, model: Any) -> Any:
+        """A MindSpore ``mindspore.train.Model``: its ``train`` (an instance attribute) runs with the backend's
+        callback that keeps each step's state and batch, and ends the step (``dbg.callback()`` not needed)."""
+        if "train" in vars(model):
+            raise RuntimeError("this Model's train is wrapped already")
+        rs = self.dbg.backend.replay_state()
+        rs.check_model(model, self.dbg._adapter.model_ref())  # refused now, with the reason, when it cannot be
+        method = model.train
+
+        @functools.wraps(method)
+        def train(*args: Any, **kwargs: Any) -> Any:
+            given = args[2] if len(args) >= 3 else kwargs.get("callbacks")
+            cbs = [] if given is None else list(given) if isinstance(given, (list, tuple)) else [given]
+            cbs.insert(0, rs.KeepCallback(self, rs))  # first: its step end ends the step, before the others
+            if len(args) >= 3:
+                args = args[:2] + (cbs,) + args[3:]
+            else:
+                kwargs["callbacks"] = cbs
+            return method(*args, **kwargs)
+
+        model.train = train
+        return model
+
+    def begin(self, fn: Any, rs: Any, model: Any, found: dict, args: tuple, kwargs: dict, covers: str = "") -> int:
+        """A step function's call starts: its state kept (or the call added to its step's); returns the step."""
+        step = self.dbg.session.step_index
         kept = self.kept.get(step)
         if kept is not None and kept.fn is fn:  # a later call within the same step
             a, k, problems = rs.keep_args(args, kwargs)
@@ -128,8 +156,13 @@ class Keeper:
             if step in self.kept:
                 self.kept[step].covers = covers
         self.in_step, self._thread = True, threading.get_ident()
+        return step
+
+    def end(self, step: int, rs: Any, out: Any, ends_step: bool) -> None:
+        """The call of ``step`` returned ``out``: kept as its loss; the step ends (``ends_step``), and the
+        replays a hit of it asked for run."""
+        dbg = self.dbg
         try:
-            out = fn(*args, **kwargs)
             kept = self.kept.get(step)
             if kept is not None:
                 kept.outputs.append(rs.output_ref(out))
@@ -140,6 +173,16 @@ class Keeper:
         deferred, self.deferred = self.deferred, []
         for s, hits in deferred:
             self.replay_on_hit(s, hits)
+
+    def _call(self, fn: Any, rs: Any, model: Any, found: dict, ends_step: bool, args: tuple, kwargs: dict,
+              covers: str = "") -> Any:
+        step = self.begin(fn, rs, model, found, args, kwargs, covers)
+        try:
+            out = fn(*args, **kwargs)
+        except BaseException:
+            self.in_step = False
+            raise
+        self.end(step, rs, out, ends_step)
         return out
 
     def _keep(self, fn: Any, rs: Any, model: Any, found: dict, step: int, args: tuple, kwargs: dict) -> None:

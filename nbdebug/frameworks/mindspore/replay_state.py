@@ -19,6 +19,10 @@ kernel, which MindSpore neither exposes nor resets; a replay of a step that runs
 Such Primitives are listed in ``problems_at_replay``, which a replay reports as the reason of its first
 mismatch. ``mint.nn.functional.dropout`` and other ops on the default generator replay bitwise.
 
+:class:`KeepCallback` is what ``dbg.step_fn(model)`` adds to ``mindspore.train.Model.train``: the step is the
+Model's train network called on ``cb_params.train_dataset_element``; a train Cell's own Parameters (a loss
+scale's ``scale_sense``) are kept with the optimizers'. Dataset sink mode is refused (:data:`SINK_REFUSED`).
+
 >>> import numpy as np, mindspore as ms
 >>> from mindspore import nn
 >>> net = nn.Dense(2, 1); opt = nn.Momentum(net.trainable_params(), 0.1, 0.9)
@@ -44,6 +48,7 @@ import mindspore as ms
 import numpy as np
 from mindspore import nn
 from mindspore.ops.primitive import Primitive
+from mindspore.train.callback import Callback
 
 from ..core.reach import reachable_values
 from .ops import TensorBase
@@ -70,16 +75,18 @@ def find_objects(fn: Callable, model: Any, **given: Any) -> dict[str, list[Any]]
             "replaying a step is built for MindSpore's PyNative mode only: in GRAPH mode the step is a compiled "
             "graph whose kernels MindSpore dumps as a whole run; re-running it from the kept Parameters with the "
             "dump armed is possible but not built (README: Replay a step, MindSpore)")
-    found: dict[str, list[Any]] = {"optimizers": [], "scalers": [], "schedulers": []}
+    found: dict[str, list[Any]] = {"optimizers": [], "scalers": [], "schedulers": [], "cells": []}
     inner = getattr(fn, "__wrapped__", fn)
     values: list[Any] = [getattr(inner, "optimizer", None)] if isinstance(inner, nn.Cell) else []
+    if isinstance(inner, nn.Cell):  # a train Cell's own Parameters (a loss scale's scale_sense) are kept too
+        found["cells"].append(inner)
     for v in values + reachable_values(fn):
         if isinstance(v, nn.Optimizer) and not any(v is o for o in found["optimizers"]):
             found["optimizers"].append(v)
     for kind, objs in given.items():
         if kind not in found:
             raise TypeError(f"step_fn: unknown keyword {kind!r}; use optimizers=")
-        if objs is not None and kind != "optimizers":
+        if objs is not None and kind not in ("optimizers", "cells"):
             raise TypeError(f"step_fn: {kind}= is PyTorch's; a MindSpore step keeps its optimizers' Parameters")
         if objs is not None:
             found[kind] = list(objs) if isinstance(objs, (list, tuple)) else [objs]
@@ -230,7 +237,8 @@ class Live:
 
 
 def _params(model: Any, objects: Mapping[str, list[Any]]) -> dict[str, Any]:
-    """``key -> Parameter``: the model's, then each optimizer's own (those not the model's)."""
+    """``key -> Parameter``: the model's, then each optimizer's own (those not the model's), then a train
+    Cell's own (those of neither)."""
     out = {f"param:{n}": p for n, p in model.parameters_and_names()}
     ids = {id(p) for p in out.values()}
     for i, opt in enumerate(objects.get("optimizers", ())):
@@ -238,6 +246,11 @@ def _params(model: Any, objects: Mapping[str, list[Any]]) -> dict[str, Any]:
             if id(p) not in ids:
                 ids.add(id(p))
                 out[f"opt{i}:{n}"] = p
+    for i, cell in enumerate(objects.get("cells", ())):
+        for n, p in cell.parameters_and_names():
+            if id(p) not in ids:
+                ids.add(id(p))
+                out[f"cell{i}:{n}"] = p
     return out
 
 
@@ -297,3 +310,73 @@ def describe(value: Any) -> str:
     if value is None:
         return "None"
     return repr(float(value)) if value.size == 1 else f"array of shape {value.shape}"
+
+
+# -- mindspore.train.Model ----------------------------------------------------------------------------
+#: why a step of Model.train in dataset sink mode cannot be kept
+SINK_REFUSED = (
+    "Model.train(..., dataset_sink_mode=True) cannot be replayed: in sink mode the train network reads its "
+    "batches from the device's data queue inside the compiled graph (sink_size steps per call), so the "
+    "batch of a step never reaches the host and the callbacks see one call per sink, not one per step; "
+    "train with dataset_sink_mode=False (MindSpore turns sink mode off on CPU by itself)")
+
+
+def is_train_model(obj: Any) -> bool:
+    """Whether ``obj`` is a ``mindspore.train.Model``."""
+    from mindspore.train import Model
+
+    return isinstance(obj, Model)
+
+
+def check_model(model: Any, net: Any) -> None:
+    """Refuse a Model whose steps cannot be kept: GRAPH mode, a train network that is not the Debugger's
+    model's, one without an optimizer."""
+    train_net = model.train_network
+    if train_net is None or getattr(train_net, "optimizer", None) is None:
+        raise ValueError("step_fn(model): this Model has no train network with an optimizer (build it with "
+                         "Model(network, loss_fn, optimizer))")
+    first = next(iter(net.get_parameters()), None)
+    if first is not None and not any(p is first for p in train_net.get_parameters()):
+        raise ValueError("step_fn(model): the Model does not train the Debugger's model (give the Debugger "
+                         "the network passed to Model)")
+    find_objects(train_net, net)  # GRAPH mode: refused with the reason
+
+
+class KeepCallback(Callback):
+    """The callback ``dbg.step_fn(model)`` adds to ``Model.train``: at each step's begin the pre-step state
+    and the batch (``cb_params.train_dataset_element``) are kept for the train network (the step
+    function the replay calls: forward, backward and optimizer update); at its end the step's output
+    (its loss) is kept and the step ends."""
+
+    def __init__(self, keeper: Any, rs: Any) -> None:
+        super().__init__()
+        self.keeper = keeper
+        self.rs = rs
+        self.step: int | None = None
+        self.found: tuple[Any, dict] | None = None
+
+    def on_train_begin(self, run_context: Any) -> None:
+        cb = run_context.original_args()
+        if cb.get("dataset_sink_mode", False):
+            raise ValueError(SINK_REFUSED)
+        self.keeper.dbg._adapter.auto_step = False  # this callback ends each step
+
+    def on_train_step_begin(self, run_context: Any) -> None:
+        k, cb = self.keeper, run_context.original_args()
+        self.step = None
+        if k.replaying or k.in_step or k.window == 0 or k.dbg.closed:
+            return
+        net, batch = cb.train_network, cb.get("train_dataset_element")
+        if batch is None:
+            raise ValueError(SINK_REFUSED)
+        model = k.dbg._adapter.model_ref()
+        if self.found is None or self.found[0] is not net:
+            self.found = (net, find_objects(net, model))
+        self.step = k.begin(net, self.rs, model, self.found[1], tuple(batch), {})
+
+    def on_train_step_end(self, run_context: Any) -> None:
+        if self.step is not None:
+            step, self.step = self.step, None
+            self.keeper.end(step, self.rs, run_context.original_args().net_outputs, True)
+        elif not self.keeper.dbg.closed and len(self.keeper.dbg.session.recorder):
+            self.keeper.dbg._adapter.end_step()  # a step not kept (replay_window=0) still ends

@@ -7,11 +7,11 @@ Parameters, every Parameter the optimizers hold besides the model's, the Cells' 
 the batch), the loss the step returned and every such Parameter as the step left it, and a script that
 builds the model, the step and its optimizers with ``model_factory`` (``"module:function"``, returning
 ``{"model": net, "step": train_step, "optimizers": [opt]}``; ``optimizers`` may be left out when the step
-is a ``TrainOneStepCell``), writes the saved values into their Parameters (``Assign``), restores the RNG
-states, runs the step on the saved batch in PyNative mode and checks the loss and every Parameter the step
-updated bit for bit. A MindSpore step function closes over objects the script cannot rebuild from their
-state (``value_and_grad``'s function, loss Cells, optimizers' constructor arguments): the factory builds
-them, the folder holds their values.
+is a ``TrainOneStepCell`` or a ``mindspore.train.Model``, whose train network is the step), writes the
+saved values into their Parameters (``Assign``), restores the RNG states, runs the step on the saved batch
+in PyNative mode and checks the loss and every Parameter the step updated bit for bit. A MindSpore step
+function closes over objects the script cannot rebuild from their state (``value_and_grad``'s function,
+loss Cells, optimizers' constructor arguments): the factory builds them, the folder holds their values.
 
 >>> import tempfile, numpy as np
 >>> d = tempfile.mkdtemp()
@@ -226,7 +226,10 @@ def same_bits(a, b):
 # the model, the step and its optimizers, built afresh by the factory
 built = getattr(importlib.import_module(M["factory"][0]), M["factory"][1])()
 model, step = built["model"], built["step"]
+if not isinstance(step, nn.Cell) and getattr(step, "train_network", None) is not None:
+    step = step.train_network  # a mindspore.train.Model: its step is its train network
 optimizers = list(built.get("optimizers") or ([step.optimizer] if isinstance(step, nn.Cell) else []))
+cells = [step] if isinstance(step, nn.Cell) else []
 S = M["state"]
 params = {"param:" + n: p for n, p in model.parameters_and_names()}
 seen = {id(p) for p in params.values()}
@@ -235,6 +238,11 @@ for i, opt in enumerate(optimizers):
         if id(p) not in seen:
             seen.add(id(p))
             params["opt{}:{}".format(i, n)] = p
+for i, cell in enumerate(cells):
+    for n, p in cell.parameters_and_names():
+        if id(p) not in seen:
+            seen.add(id(p))
+            params["cell{}:{}".format(i, n)] = p
 if sorted(params) != sorted(S["params"]):
     print("the factory's model and optimizers do not hold the saved Parameters: missing",
           sorted(set(S["params"]) - set(params))[:5], "unexpected", sorted(set(params) - set(S["params"]))[:5])
