@@ -153,6 +153,16 @@ def optimizer_params(graph: Any) -> dict[str, str]:
     if not opt:
         return {}
     names = {n.name for n in opt}
+    adj, direct = _optimizer_links(graph, names)
+    by_order = sorted(opt, key=lambda n: (n.order < 0, n.order, n.name))
+    out = _groups_direct_and_nearest(nodes, by_order, adj, direct)
+    _groups_by_order(nodes, by_order, adj, out)
+    return {n.name: out.get(n.name, "") for n in opt}
+
+
+def _optimizer_links(graph: Any, names: set[str]) -> tuple[dict[str, list[str]], dict[str, set[str]]]:
+    """The edges between optimizer nodes (both directions), and each optimizer node's *direct* parameters
+    (rule 1 of :func:`optimizer_params`)."""
     adj: dict[str, list[str]] = {n: [] for n in names}
     direct: dict[str, set[str]] = {}
     for (s, d), slots in list(graph.edges.items()):
@@ -166,10 +176,16 @@ def optimizer_params(graph: Any) -> dict[str, str]:
                 p = _param_of_anchor(other, src_slot if d_in else dst_slot)
                 if p is not None:
                     direct.setdefault(inside, set()).add(p)
+    return adj, direct
+
+
+def _groups_direct_and_nearest(nodes: Any, by_order: list[Any], adj: dict[str, list[str]],
+                               direct: dict[str, set[str]]) -> dict[str, str]:
+    """Rules 1 and 2 of :func:`optimizer_params`: one direct parameter gives the group (several, or an
+    ``Optimizer.*`` wrapper: ``""``), then breadth first along the edges, earliest execution order first."""
     out: dict[str, str] = {}
-    wrapper = {n for n in names if n.startswith("Optimizer.")}
+    wrapper = {n.name for n in by_order if n.name.startswith("Optimizer.")}
     ambiguous = {n for n, ps in direct.items() if len(ps) > 1} | wrapper
-    by_order = sorted(opt, key=lambda n: (n.order < 0, n.order, n.name))
     queue: deque[str] = deque()
     for n in by_order:
         ps = direct.get(n.name)
@@ -184,7 +200,12 @@ def optimizer_params(graph: Any) -> dict[str, str]:
             if nb not in out:
                 out[nb] = out[cur]
                 queue.append(nb)
-    # components with no parameter: the next (else previous) grouped node in execution order
+    return out
+
+
+def _groups_by_order(nodes: Any, by_order: list[Any], adj: dict[str, list[str]], out: dict[str, str]) -> None:
+    """Rule 3 of :func:`optimizer_params`, into ``out``: each connected part with no parameter takes the group
+    of the next (else the previous) grouped node in execution order."""
     grouped = [(n.order, out[n.name]) for n in by_order if out.get(n.name)]
     rest = [n for n in by_order if n.name not in out]
     comp_of: dict[str, list[str]] = {}
@@ -208,7 +229,6 @@ def optimizer_params(graph: Any) -> dict[str, str]:
             param = next((p for o, p in reversed(grouped) if o < first), "")
         for c in comp:
             out[c] = param
-    return {n.name: out.get(n.name, "") for n in opt}
 
 
 def optimizer_scope(param: str) -> str:
