@@ -37,11 +37,12 @@ REPLAY_BUDGET = 1 << 62
 
 
 def replay(dbg: Any, kept: Kept, level: str = "mix", *, node: str | None = None, hits: Any = None,
-           strict: bool = False, tap: Any = None, after: Any = None) -> ReplayedStep:
+           strict: bool = False, tap: Any = None, after: Any = None, keep: Any = ()) -> ReplayedStep:
     """Step ``kept.step`` computed again at ``level``; see the module docstring. ``tap(node, tensors, call)``
     sees each completed node with its call's arguments (``save_repro`` keeps one op's); ``after()`` is
     called once the step function has run, before the live state goes back (``save_repro`` reads the
-    values the step left)."""
+    values the step left); ``keep``: nodes whose values are kept whatever their section (an in-place op's
+    input is copied before the op writes it)."""
     if level not in dbg.backend.levels:
         raise ValueError(f"unknown level {level!r}; choose one of {', '.join(dbg.backend.levels)}")
     if kept.problems:
@@ -56,6 +57,8 @@ def replay(dbg: Any, kept: Kept, level: str = "mix", *, node: str | None = None,
                       memory_budget=REPLAY_BUDGET, stats_window=None)
     session.step_index = session.store_step = kept.step  # the replayed step keeps its number
     session.store.keep_unpinned = True
+    if keep:
+        session.keep_values(frozenset(keep))
     outputs: list[Any] = []
     error = None
     capturing = live_adapter.capturing

@@ -54,6 +54,60 @@ def _stats_json(replayed: Any) -> dict[str, Any]:
             "shapes": [list(s) for s in table.shapes], "values": table.values.tolist()}
 
 
+def _in_place(node: str) -> bool:
+    """Whether the op a node name calls writes its first argument (``Tensor.add_``, ``Tensor.__iadd__``)."""
+    api = node.split(".")[1] if node.count(".") else node
+    return (api.endswith("_") and not api.endswith("__")) or (api.startswith("__i") and api.endswith("__")) \
+        or api == "__setitem__"
+
+
+def written_slots(node: str, call: tuple) -> set[str]:
+    """The input slots of ``call`` (``(args, kwargs, out)``, seen after the op ran) that the op wrote: its
+    first argument for an in-place op, any argument that is its output, ``out=``."""
+    args, kwargs, out = call[0], call[1] or {}, call[2]
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    slots = {f"input.{i}" for i, a in enumerate(args) if a is not None and any(a is o for o in outs)}
+    slots |= {f"input.{k}" for k, v in kwargs.items() if k == "out" or (v is not None and any(v is o for o in outs))}
+    if _in_place(node) and args:
+        slots.add("input.0")
+    return slots
+
+
+def as_called(replayed: Any, node: str, call: dict[str, Any], rs: Any) -> tuple[tuple, dict]:
+    """The op's arguments as it received them: an argument the op wrote in place (kept after the op ran)
+    is replaced by the value the replay's capture retained for that input slot before the op; a
+    ``NotRetainedError``-like refusal (``ValueError``) when that value was not retained."""
+    session = replayed.session
+    which = "current" if replayed.step == session.store_step else "previous"
+    retained = getattr(session.store, which)
+    args, kwargs = list(call["args"]), dict(call["kwargs"])
+    for slot in sorted(call.get("written", ())):
+        where = slot.split(".", 1)[1]
+        if where.isdigit() and int(where) >= len(args) or not where.isdigit() and where not in kwargs:
+            continue
+        if where == "out":
+            continue  # what the op writes into: its value before the op is not read
+        handle = retained.get((node, slot))
+        try:
+            if handle is None or getattr(handle, "tensor", None) is None:
+                raise LookupError(store_reason(session, node, slot, which))
+            handle.numpy()  # raises when the retained reference was overwritten without a copy
+        except LookupError as e:
+            raise ValueError(f"{node} writes its {slot} in place, and the replay did not retain that input's "
+                             f"value before the op ({e}): the saved argument would be the op's result, not its "
+                             f"input") from None
+        value = rs.keep_args((handle.tensor,), {})[0][0]  # a copy of the value before the op
+        if where.isdigit():
+            args[int(where)] = value
+        else:
+            kwargs[where] = value
+    return tuple(args), kwargs
+
+
+def store_reason(session: Any, node: str, slot: str, which: str) -> str:
+    return session.store.reason((node, slot), which) or f"no value retained for {node} {slot}"
+
+
 def save_repro(dbg: Any, path: Any, step: Any = "last", node: str | None = None, *,
                model_factory: str | None = None) -> str:
     """Write the reproduction folder of ``step`` (``node``: of that op only); returns its path."""
@@ -72,24 +126,28 @@ def save_repro(dbg: Any, path: Any, step: Any = "last", node: str | None = None,
             a, k, _ = rs.keep_args(c[0], c[1] or {})
             call["args"], call["kwargs"] = a, k
             call["out"] = rs.keep_args((c[2],), {})[0][0]
+            call["written"] = written_slots(node, c)
 
     left: dict[str, Any] = {}  # the values the step left, where the framework's script checks them
     after_step = getattr(fw, "after_step", None) if node is None else None
     replayed = replay(dbg, kept, "mix", tap=tap if node is not None else None,
-                      after=(lambda: left.update(after_step(kept.state))) if after_step is not None else None)
+                      after=(lambda: left.update(after_step(kept.state))) if after_step is not None else None,
+                      keep=(node,) if node is not None else ())
     model = dbg._adapter.model_ref()
     version, _device = dbg.backend.info(model)
     header = (f"Reproduction of step {kept.step}" + (f", op {node}" if node else "") +
               f", written by nbdebug {_version()} ({dbg.backend.name} {version}, Python {platform.python_version()})."
               f"\n\nRun: python repro.py  (exit status 0: bitwise identical to the original)")
-    os.makedirs(folder, exist_ok=True)
     if node is not None:
         if node not in replayed.graph.nodes:
             raise KeyError(f"no node {node!r} in step {kept.step} at mix")
         if "args" not in call:
             raise ValueError(f"{node} is not an op call whose arguments can be saved (a module or backward node): "
                              f"name a Functional/Torch/Tensor op of the step")
-        out = fw.save_op(folder, node, (call["args"], call["kwargs"]), call["out"], header)
+        args, kwargs = as_called(replayed, node, call, rs)
+    os.makedirs(folder, exist_ok=True)
+    if node is not None:
+        out = fw.save_op(folder, node, (args, kwargs), call["out"], header)
     else:
         expected = kept.outputs[0] if kept.outputs else None
         more = {"after": left} if after_step is not None else {}
