@@ -145,6 +145,7 @@ def test_save_repro_train_one_step_cell_momentum(factory):
     folder = dbg.save_repro(tmp / "cell", model_factory="msrepro_net:make_cell")
     manifest = json.loads(open(os.path.join(folder, "manifest.json")).read())
     assert manifest["step_is_cell"] and manifest["optimizers"] == ["Momentum"]
+    assert manifest["bitwise_replay"] is True  # the TrainOneStepCell's replay at mix matched the live step
     r = _run(folder, tmp)
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"step 2: loss {losses[2].asnumpy().item()!r} bitwise identical" in r.stdout
