@@ -193,6 +193,17 @@ def _real(listener, ranks: int, period: float, tmp: Path) -> list:
                               str(period)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
 
 
+def _rss_mb() -> float:
+    """This process's resident memory (MB; Linux ``/proc``, else NaN)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return float("nan")
+
+
 def _pause_latency(listener, srcs: list, period: float, phase: float) -> tuple[float, bool]:
     """``pause_all`` ``phase`` periods after a step boundary (all ranks' step messages in), until every rank
     reports ``paused``; whether they all stand at one step."""
@@ -201,12 +212,20 @@ def _pause_latency(listener, srcs: list, period: float, phase: float) -> tuple[f
         time.sleep(0.01)
     time.sleep(phase * period)
     t = time.monotonic()
-    listener.pause_all()
+    furthest = max(s.step_index for s in srcs)
+    cpu = time.process_time()
+    target = listener.pause_all()
+    asked, cpu = time.monotonic() - t, time.process_time() - cpu
     while not all(str(s.state) == "paused" for s in srcs):
         if time.monotonic() - t > 60:
             raise TimeoutError(f"not all paused: {[str(s.state) for s in srcs]}")
         time.sleep(0.002)
-    return time.monotonic() - t, len({s.step_index for s in srcs}) == 1
+    took = time.monotonic() - t
+    print(f"  pause_all at {phase:.2f} of the step: the furthest rank in step {furthest}, all paused after step "
+          f"{target} (+{target - furthest}); requests answered in {asked:.2f} s (hub CPU meanwhile {cpu:.2f} s), all "
+          f"paused in {took:.2f} s",
+          file=sys.stderr, flush=True)
+    return took, len({s.step_index for s in srcs}) == 1
 
 
 def measure(ranks: int, rows: int, steps: int, period: float, workers: int, real: bool = False,
@@ -236,8 +255,9 @@ def measure(ranks: int, rows: int, steps: int, period: float, workers: int, real
         cpu = time.process_time() - cpu0
         wall = time.monotonic() - t0
         behind = max(s.step_index for s in srcs) - min(s.step_index for s in srcs)
+        rss = _rss_mb()
         print(f"  hub CPU {1000 * cpu / steps:.1f} ms/step over {steps} steps ({wall:.1f} s), ranks {behind} steps "
-              f"apart", file=sys.stderr, flush=True)
+              f"apart; hub RSS {rss:.0f} MB", file=sys.stderr, flush=True)
         rtts = []
         for _ in range(5):
             t = time.monotonic()
@@ -256,7 +276,7 @@ def measure(ranks: int, rows: int, steps: int, period: float, workers: int, real
         rows = len(kept[max(kept)]) if kept else rows
         return {"ranks": ranks, "real": real, "job": job, "rows": rows, "period_s": period, "steps": steps,
                 "summary_mode": summary_mode, "series": series if summary_mode else None,
-                "hub_cpu_ms_per_step": 1000 * cpu / steps, "hub_cpu_share": cpu / wall,
+                "hub_cpu_ms_per_step": 1000 * cpu / steps, "hub_cpu_share": cpu / wall, "hub_rss_mb": rss,
                 "steps_apart_at_end": behind, "command_rtt_ms": 1000 * statistics.median(rtts),
                 "pause_latency_s": max(latencies), "pause_latencies_s": latencies,
                 "pause_periods": max(latencies) / period, "all_paused_at_one_step": same,

@@ -30,6 +30,7 @@ import secrets
 import threading
 import time
 import warnings
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -81,6 +82,8 @@ class Listener:
         #: more ranks than this: summary mode (:data:`SUMMARY_ABOVE`)
         self.summary_above = SUMMARY_ABOVE
         self._job: Any = None
+        #: the processes' graph nodes, shared between their mirrors when the same (``protocol.apply_graph``)
+        self.nodes: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
         self._lining_up = threading.Lock()
         #: what went wrong in group control and was not the answer to a call (a line-up that timed out)
         self.notice = ""

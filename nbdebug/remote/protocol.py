@@ -279,9 +279,17 @@ class GraphDelta:
         return out
 
 
-def apply_graph(graph: Graph, delta: Mapping[str, Any]) -> int:
-    """Apply a :class:`GraphDelta` to a mirrored graph; returns how many nodes were added or changed."""
+def apply_graph(graph: Graph, delta: Mapping[str, Any], pool: Any = None) -> int:
+    """Apply a :class:`GraphDelta` to a mirrored graph; returns how many nodes were added or changed.
+
+    ``pool`` (a mapping, e.g. a ``WeakValueDictionary`` the listener keeps): nodes are shared between the graphs
+    given the same pool — a node record seen before (the same name, kind, order, shapes, stack...: the ranks of
+    one job mostly send the same graph) gives the node already made, so 1,000 ranks hold one copy of it. A
+    pooled node is never changed in place: a changed record gives the graph another node object."""
     for rec in delta.get("nodes", ()):
+        if pool is not None:
+            _apply_pooled(graph, rec, pool)
+            continue
         node = graph.nodes.get(rec["name"])
         if node is None:
             node = graph.add_node(str(rec["name"]), kind=str(rec["kind"]), op_type=str(rec["op_type"]),
@@ -299,6 +307,29 @@ def apply_graph(graph: Graph, delta: Mapping[str, Any]) -> int:
     for src, dst, a, b in delta.get("edges", ()):
         graph.add_edge(str(src), str(dst), str(a), str(b))
     return len(delta.get("nodes", ()))
+
+
+def _apply_pooled(graph: Graph, rec: Mapping[str, Any], pool: Any) -> None:
+    key = json.dumps(rec, sort_keys=True, separators=(",", ":"))
+    node = pool.get(key)
+    if node is None:
+        scratch = Graph()  # add_node checks kind and section
+        node = scratch.add_node(str(rec["name"]), kind=str(rec["kind"]), op_type=str(rec["op_type"]),
+                                scope=str(rec.get("scope", "")), section=str(rec.get("section", "forward")))
+        node.order = int(rec.get("order", -1))
+        node.shapes = {str(k): tuple(int(x) for x in v) for k, v in (rec.get("shapes") or {}).items()}
+        node.dtypes = {str(k): str(v) for k, v in (rec.get("dtypes") or {}).items()}
+        node.stack = [str(s) for s in rec.get("stack") or ()]
+        node.pair = rec.get("pair")
+        node.graph = rec.get("graph")
+        node.moved = [int(s) for s in rec.get("moved") or ()]
+        pool[key] = node
+    old = graph.nodes.get(node.name)
+    if old is node:
+        return
+    graph.nodes[node.name] = node
+    if old is None or old.scope != node.scope or old.section != node.section:
+        graph.version += 1
 
 
 # -- watchpoints and hits --------------------------------------------------------------------------

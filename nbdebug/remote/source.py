@@ -348,7 +348,7 @@ class RemoteSource(Reader):
 
     def _apply_graph(self, head: dict[str, Any]) -> None:
         graph = head.get("graph")
-        if graph and P.apply_graph(self.session.graph, graph):
+        if graph and P.apply_graph(self.session.graph, graph, getattr(self._listener, "nodes", None)):
             self.hub.emit("node", None)
 
     def _apply_state(self, head: dict[str, Any], frames: list[Any]) -> None:
