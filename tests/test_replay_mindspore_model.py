@@ -1,8 +1,7 @@
 """Replay of ``mindspore.train.Model.train`` steps (PyNative, CPU): ``dbg.step_fn(model)`` adds the callback
 that keeps each step's pre-step state and batch; the replay of a kept step runs the Model's train network
 (forward, backward, optimizer update) bitwise; ``on_hit="replay"`` replays a NaN batch's step at op level;
-``save_repro`` of a Model step reproduces it in a fresh process; sink mode and GRAPH mode are refused with
-the reason."""
+``save_repro`` of a Model step reproduces it in a fresh process; sink mode is refused with the reason."""
 
 from __future__ import annotations
 
@@ -130,7 +129,7 @@ def test_model_train_nan_batch_on_hit_replay_and_save_repro(netmod):
     dbg.close()
 
 
-def test_sink_mode_and_graph_mode_are_refused_with_the_reason(netmod):
+def test_sink_mode_is_refused_with_the_reason(netmod):
     from mindspore.train.callback import RunContext
     from mindspore.train.callback._callback import InternalCallbackParam
 
@@ -145,11 +144,5 @@ def test_sink_mode_and_graph_mode_are_refused_with_the_reason(netmod):
     with pytest.raises(ValueError, match="reads its batches from the device's data queue"):
         KeepCallback(dbg._replay, dbg.backend.replay_state()).on_train_begin(RunContext(cb))
     with pytest.raises(RuntimeError, match="wrapped already"):
-        dbg.step_fn(model)
-    dbg.close()
-    ms.set_context(mode=ms.GRAPH_MODE)
-    net, model = mod.build()
-    dbg = nbdebug.Debugger(net, level="L0")
-    with pytest.raises(NotImplementedError, match="PyNative mode only"):
         dbg.step_fn(model)
     dbg.close()

@@ -39,6 +39,7 @@ True
 
 from __future__ import annotations
 
+import os
 import random
 import types
 from collections.abc import Callable, Mapping
@@ -70,11 +71,6 @@ def find_objects(fn: Callable, model: Any, **given: Any) -> dict[str, list[Any]]
     its bound object or (a ``TrainOneStepCell``) its ``optimizer``; ``optimizers=`` replaces what is found.
     ``scalers``/``schedulers`` are PyTorch's: MindSpore's loss scale and learning rate live in Parameters of
     the optimizer or the train Cell."""
-    if ms.get_context("mode") == ms.GRAPH_MODE:
-        raise NotImplementedError(
-            "replaying a step is built for MindSpore's PyNative mode only: in GRAPH mode the step is a compiled "
-            "graph whose kernels MindSpore dumps as a whole run; re-running it from the kept Parameters with the "
-            "dump armed is possible but not built (README: Replay a step, MindSpore)")
     found: dict[str, list[Any]] = {"optimizers": [], "scalers": [], "schedulers": [], "cells": []}
     inner = getattr(fn, "__wrapped__", fn)
     values: list[Any] = [getattr(inner, "optimizer", None)] if isinstance(inner, nn.Cell) else []
@@ -197,6 +193,7 @@ class StepState:
     def swap_in(self, model: Any) -> Live:
         """Install copies of this state into the live Parameters, flags and RNGs; returns what puts them back."""
         live = Live(model)
+        live.muted = _mute_graph_capture(model)
         self.problems_at_replay = []
         if self.random_ops:
             self.problems_at_replay.append(
@@ -226,8 +223,11 @@ class Live:
         self.rng = rng_state()
         self.training: list[bool] = []
         self.values: list[tuple[Any, np.ndarray]] = []
+        self.muted: list[Any] = []
 
     def restore(self) -> None:
+        _unmute_graph_capture(self.muted)
+        self.muted = []
         for (_, c), flag in zip(self.model.cells_and_names(), self.training, strict=False):
             c.training = flag
         for p, arr in self.values:
@@ -272,6 +272,7 @@ def keep(model: Any, objects: Mapping[str, list[Any]], args: tuple, kwargs: dict
         s.nbytes += s.tensors[key].nbytes
     s.rng = rng_state()
     s.random_ops = random_primitives(model)
+    s.problems += graph_problems(model)
     s.args = _walk(args, _clone, "args", s.problems)
     s.kwargs = _walk(kwargs, _clone, "kwargs", s.problems)
     return s
@@ -380,3 +381,86 @@ class KeepCallback(Callback):
             self.keeper.end(step, self.rs, run_context.original_args().net_outputs, True)
         elif not self.keeper.dbg.closed and len(self.keeper.dbg.session.recorder):
             self.keeper.dbg._adapter.end_step()  # a step not kept (replay_window=0) still ends
+
+
+# -- GRAPH mode -----------------------------------------------------------------------------------------
+def _graph_adapters(model: Any) -> list[Any]:
+    """The live GRAPH-mode captures of ``model`` (none in PyNative mode)."""
+    if ms.get_context("mode") != ms.GRAPH_MODE:
+        return []
+    from .graph_live import _RUNS
+
+    return [a for a in _RUNS.adapters if a.model_ref() is model]
+
+
+def graph_problems(model: Any) -> list[str]:
+    """Why a GRAPH-mode step of ``model`` cannot be replayed (sampled capture), or nothing."""
+    for a in _graph_adapters(model):
+        if a.sampling is not None:
+            k = a.sampling.every
+            return [f"Debugger(graph_every={k}) has MindSpore dump only the graph runs it listed at the first "
+                    f"compile (0, {k}, {2 * k}, …): MindSpore reads its dump config once per process and a "
+                    f"replay's run of the compiled step is another run, dumped only if its number is on that "
+                    f"list; replay needs graph_every=1 in GRAPH mode (or PyNative mode)"]
+    return []
+
+
+def _mute_graph_capture(model: Any) -> list[Any]:
+    """GRAPH mode: the live captures of ``model`` leave the replay's graph run to the replay's capture (a
+    live capture that is off deletes what a run dumped)."""
+    muted = _graph_adapters(model)
+    for a in muted:
+        a.after_run = _ignore_run
+    return muted
+
+
+def _ignore_run(obj: Any = None) -> None:
+    return None
+
+
+def _unmute_graph_capture(muted: list[Any]) -> None:
+    """The live captures back: the replay's dump files are marked as seen (they are not a live step's)."""
+    for a in muted:
+        vars(a).pop("after_run", None)
+        for rank in a._rank_dirs():
+            a._new_files(rank)
+
+
+def hold_values(session: Any) -> None:
+    """GRAPH mode: the replayed step's values live in dump files that its capture deletes when it closes;
+    read them into memory first (a replay keeps every tensor of its step, as in PyNative mode)."""
+    from .graph_live import _Copy
+    from .kernel_recorder import NpyRef
+
+    store = session.store
+    for which in ("current", "previous"):
+        table = getattr(store, which)
+        loaded: dict[int, Any] = {}
+        for key, h in list(table.items()):
+            if isinstance(h, NpyRef) and os.path.exists(h.path):
+                if id(h) not in loaded:
+                    loaded[id(h)] = _Copy(h.numpy())
+                table[key] = loaded[id(h)]
+
+
+#: kernels whose outputs past the first MindSpore's CPU kernels do not fill in training (batch statistics and
+#: reserve spaces: their dumped values are the memory's previous contents)
+UNFILLED_OUTPUTS = {"BatchNorm": ("output.1", "output.2", "output.3", "output.4")}
+
+
+def unread_outputs(session: Any) -> set[tuple[str, str]]:
+    """GRAPH mode: the slots of the replayed step whose dumped values are not something the step computed —
+    kernel outputs no kernel of the step reads, the outputs of :data:`UNFILLED_OUTPUTS` (the CPU
+    ``BatchNorm`` in training writes ``y`` and the moving statistics, not its batch-statistics outputs) and
+    the inputs those feed — so a difference there is not the step computing otherwise. Empty in PyNative
+    mode."""
+    if ms.get_context("mode") != ms.GRAPH_MODE:
+        return set()
+    g = session.graph
+    read = {(src, a) for (src, _dst), slots in g.edges.items() for a, _b in slots}
+    out = {(name, slot) for name, n in g.nodes.items() if n.kind == "op"
+           for slot in n.shapes if slot.startswith("output.") and (name, slot) not in read}
+    unfilled = {(name, slot) for name, n in g.nodes.items() for slot in UNFILLED_OUTPUTS.get(n.op_type, ())
+                if slot in n.shapes}
+    fed = {(dst, b) for (src, dst), slots in g.edges.items() for a, b in slots if (src, a) in unfilled}
+    return out | unfilled | fed

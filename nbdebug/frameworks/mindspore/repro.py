@@ -101,6 +101,9 @@ def check(node: str | None, factory: str | None) -> None:
     if node is not None:
         save_op("", node, ((), {}), None, "")
     _factory(factory)
+    if ms.get_context("mode") != ms.PYNATIVE_MODE:
+        raise ReproUnsupported("save_repro is built for MindSpore's PyNative mode only: in GRAPH mode the step is "
+                               "a compiled graph; dbg.replay(step) recomputes it with the kernel dump armed")
 
 
 # -- the op form ----------------------------------------------------------------------------------------

@@ -1,0 +1,136 @@
+"""Replay of a MindSpore GRAPH-mode step (CPU): the compiled step (``TrainOneStepCell``) run again from the kept
+Parameters with the kernel dump armed; bitwise with the live step's kernel statistics and loss, the live run
+unchanged; ``on_hit="replay"`` on a NaN born in a division; sampled capture (``graph_every`` > 1) and
+``save_repro`` refused with the reason."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import warnings
+
+import numpy as np
+import pytest
+from ms_fixtures import LeNet, batches, graph_trainer, ms, nn
+
+import nbdebug
+from nbdebug.frameworks.mindspore.replay_state import unread_outputs
+from nbdebug.replay import ReplayMismatch
+
+pytestmark = pytest.mark.timeout(300)
+SCOPE = "Default/network-WithLossCell/_backbone-LeNet"
+
+
+@pytest.fixture(autouse=True)
+def graph_mode():
+    mode = ms.get_context("mode")
+    ms.set_context(mode=ms.GRAPH_MODE)
+    yield
+    ms.set_context(mode=mode)
+
+
+def _train(replay_at: int | None):
+    ms.set_seed(20)
+    net = LeNet()
+    dbg = nbdebug.Debugger(net)
+    step = dbg.step_fn(graph_trainer(net))
+    replayed, losses = None, []
+    for i, (x, y) in enumerate(batches(4, seed=5)):
+        losses.append(step(x, y).asnumpy().tobytes())
+        if i == replay_at:
+            live = {p.name: p.asnumpy().tobytes() for p in net.get_parameters()}
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", ReplayMismatch)
+                replayed = dbg.replay(i)
+            with pytest.raises(ValueError, match="PyNative mode only"):
+                dbg.save_repro(os.path.join(tempfile.mkdtemp(), "repro"), i, model_factory="m:f")
+            assert {p.name: p.asnumpy().tobytes() for p in net.get_parameters()} == live
+    weights = {p.name: p.asnumpy().tobytes() for p in net.get_parameters()}
+    tables = [dbg.session.table(s) for s in range(4)]
+    loose = unread_outputs(dbg.session)
+    dbg.close()
+    return replayed, weights, tables, losses, loose
+
+
+def test_graph_replay_is_bitwise_and_leaves_the_live_run_alone():
+    r, weights, tables, losses, loose = _train(replay_at=2)
+    assert r.bitwise and r.compared > 150, [str(m) for m in r.mismatches[:3]]
+    assert r.loss.tobytes() == r.live_loss.tobytes() == losses[2]
+    matmul = f"{SCOPE}/fc1-Dense/MatMul-op0"
+    assert matmul in r.graph.nodes and r.tensor(matmul, "output.0").shape == (8, 16)  # read after the replay
+    _, weights0, tables0, losses0, _ = _train(replay_at=None)
+    assert weights == weights0 and losses == losses0
+    # MindSpore's CPU BatchNorm outputs 1-4 (batch statistics, reserve spaces; the kernel does not fill them
+    # in training) and BatchNormGrad's inputs reading them differ between two identical live runs, replay or
+    # not, while every weight and loss is the same: every other statistic of every step is the same bits
+    bn = f"{SCOPE}/bn-BatchNorm2d/BatchNorm-op0"
+    assert {(bn, "output.1"), (bn, "output.2")} <= loose
+    assert any(k[0].endswith("BatchNormGrad-op0") for k in loose)  # the inputs they feed
+    for a, b in zip(tables, tables0, strict=True):  # the live capture's steps, with and without the replay
+        assert a.keys == b.keys
+        rows = [i for i, k in enumerate(a.keys) if k not in loose]
+        differ = [a.keys[i] for i in rows if not np.array_equal(a.values[i].view(np.int64), b.values[i].view(np.int64))]
+        assert not differ, differ[:4]
+    assert len(rows) > 150
+
+
+class _Div(nn.Cell):
+    """Dense layers around a division by each row's sum: a row that sums to 0 makes inf and NaN."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Dense(4, 8)
+        self.fc2 = nn.Dense(8, 1)
+
+    def construct(self, x):
+        return self.fc2(self.fc1(x / x.sum(axis=1, keepdims=True)))
+
+
+def test_graph_nan_on_hit_replay_names_the_dividing_kernel():
+    ms.set_seed(11)
+    net = _Div()
+    dbg = nbdebug.Debugger(net, on_hit="replay")
+    dbg.watch("TO")
+    step = dbg.step_fn(nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), nn.SGD(net.trainable_params(), 0.05)))
+    rng = np.random.default_rng(0)
+    y = ms.Tensor(np.ones((3, 1), np.float32))
+    step(ms.Tensor(rng.uniform(0.5, 1.5, (3, 4)).astype(np.float32)), y)
+    bad = rng.uniform(0.5, 1.5, (3, 4)).astype(np.float32)
+    bad[1] = [1.0, -1.0, 2.0, -2.0]
+    step(ms.Tensor(bad), y)
+    r = dbg.replayed
+    assert r is not None and r.step == 1 and r.bitwise, dbg.replay_error
+    node, slot, step_ = r.first_nonfinite()
+    assert (slot, step_) == ("output.0", 1) and r.graph.nodes[node].op_type in ("RealDiv", "Div"), node
+    ins = [r.tensor(node, s) for s in ("input.0", "input.1")]  # its inputs, readable: the batch and its sums
+    assert np.isfinite(ins[0]).all() and (ins[1] == 0).any()
+    dbg.close()
+
+
+def test_graph_every_above_one_is_refused_with_the_reason():
+    script = textwrap.dedent("""
+        import numpy as np
+        import mindspore as ms
+        from mindspore import nn
+        import nbdebug
+        from nbdebug.replay import ReplayRefused
+
+        ms.set_context(mode=ms.GRAPH_MODE)
+        net = nn.SequentialCell(nn.Dense(4, 8), nn.ReLU(), nn.Dense(8, 1))
+        dbg = nbdebug.Debugger(net, graph_every=2)
+        step = dbg.step_fn(nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()),
+                                               nn.SGD(net.trainable_params(), 0.05)))
+        x, y = ms.Tensor(np.ones((2, 4), np.float32)), ms.Tensor(np.ones((2, 1), np.float32))
+        step(x, y); step(x, y)
+        try:
+            dbg.replay(1)
+        except ReplayRefused as e:
+            print("REFUSED", e)
+        dbg.close()
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=240)
+    assert "REFUSED step 1 cannot be replayed: Debugger(graph_every=2)" in done.stdout, done.stdout + done.stderr
+    assert "replay needs graph_every=1 in GRAPH mode" in done.stdout
