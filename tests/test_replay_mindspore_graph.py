@@ -134,3 +134,27 @@ def test_graph_every_above_one_is_refused_with_the_reason():
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=240)
     assert "REFUSED step 1 cannot be replayed: Debugger(graph_every=2)" in done.stdout, done.stdout + done.stderr
     assert "replay needs graph_every=1 in GRAPH mode" in done.stdout
+
+
+def test_graph_model_train_step_replays_bitwise():
+    import mindspore.dataset as msds
+    from mindspore.train import Model
+
+    ms.set_seed(21)
+    net = _Div()
+    model = Model(net, nn.MSELoss(), nn.Momentum(net.trainable_params(), 0.05, 0.9))
+    dbg = nbdebug.Debugger(net)
+    assert dbg.step_fn(model) is model
+    rng = np.random.default_rng(1)
+    data = msds.NumpySlicesDataset({"x": rng.uniform(0.5, 1.5, (9, 4)).astype(np.float32),
+                                    "y": rng.normal(size=(9, 1)).astype(np.float32)}, shuffle=False).batch(3)
+    model.train(1, data, dataset_sink_mode=False)
+    assert dbg.replay_steps == [2] and dbg.step_index == 3
+    live = {p.name: p.asnumpy().tobytes() for p in net.get_parameters()}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ReplayMismatch)
+        r = dbg.replay(2)
+    assert r.bitwise and r.compared > 30 and r.loss.tobytes() == r.live_loss.tobytes()
+    assert any(n.endswith("ApplyMomentum-op0") for n in r.graph.nodes)  # the update ran in the replayed graph
+    assert {p.name: p.asnumpy().tobytes() for p in net.get_parameters()} == live
+    dbg.close()

@@ -1,4 +1,4 @@
-"""What a MindSpore PyNative training step needs to be computed again: its pre-step state, swapped in and out.
+"""What a MindSpore training step needs to be computed again: its pre-step state, swapped in and out.
 
 The same interface as ``frameworks/torch/replay_state.py`` (``find_objects``, ``keep``, ``planned_bytes``,
 ``keep_args``, ``fresh_args``, ``output_ref``, ``same_bits``, ``describe``). :func:`keep` copies, at a step's
@@ -22,6 +22,13 @@ mismatch. ``mint.nn.functional.dropout`` and other ops on the default generator 
 :class:`KeepCallback` is what ``dbg.step_fn(model)`` adds to ``mindspore.train.Model.train``: the step is the
 Model's train network called on ``cb_params.train_dataset_element``; a train Cell's own Parameters (a loss
 scale's ``scale_sense``) are kept with the optimizers'. Dataset sink mode is refused (:data:`SINK_REFUSED`).
+
+GRAPH mode: the same state, written the same way (the compiled graph reads its Parameters from their
+memory); during the replay's run of the compiled step the live capture of the model is muted (a capture
+that is off deletes what a run dumped) and afterwards marks the replay's dump files as seen;
+:func:`hold_values` reads the replayed values into memory before the replay's capture deletes its files;
+:func:`unread_outputs` names the kernel outputs MindSpore leaves unwritten (left out of the bitwise check);
+:func:`graph_problems` refuses sampled capture (``graph_every`` > 1).
 
 >>> import numpy as np, mindspore as ms
 >>> from mindspore import nn
