@@ -287,6 +287,7 @@ def graph_rows(models: tuple[str, ...] = MODELS, rounds: int = 3, warmup: int = 
     best: dict[tuple[str, str], list[float]] = {}
     cpu: dict[tuple[str, str], list[float]] = {}
     extra: dict[str, dict[str, Any]] = {}
+    load_start = os.getloadavg()[0]
     for r in range(rounds):
         for m in models:
             order = CONFIGS if r % 2 == 0 else CONFIGS[::-1]
@@ -299,6 +300,7 @@ def graph_rows(models: tuple[str, ...] = MODELS, rounds: int = 3, warmup: int = 
                     extra[m] = {k: v for k, v in res.items() if k not in ("ms", "best_ms", "cpu_ms")}
                 print(f"GRAPH round {r + 1} {m:10s} {c:9s} {res['ms']:8.2f} ms/step", file=sys.stderr, flush=True)
     rows = {}
+    load = (load_start, os.getloadavg()[0])
     for m in models:
         base = statistics.median(times[(m, "baseline")])
         floor = statistics.median(times[(m, "floor")])
@@ -310,6 +312,8 @@ def graph_rows(models: tuple[str, ...] = MODELS, rounds: int = 3, warmup: int = 
         rows[m]["best_ratio"] = fastest["nbdebug"] / fastest["baseline"]
         rows[m]["best_floor_ratio"] = fastest["floor"] / fastest["baseline"]
         rows[m]["cpu_ms"] = {c: statistics.median(cpu[(m, c)]) for c in CONFIGS}
+        rows[m]["cpu_rounds"] = {c: cpu[(m, c)] for c in CONFIGS}
+        rows[m]["loadavg"] = load
     return rows
 
 
@@ -354,11 +358,16 @@ def format_rows(rows: dict) -> str:
         b = r["best_ms"]
         out.append(f"{m:12s} {b['baseline']:8.2f} {b['floor']:9.2f} {r['best_floor_ratio']:6.2f}× "
                    f"{b['nbdebug']:10.2f} {r['best_ratio']:6.2f}×")
-    out.append("process CPU time per step (all threads): base / floor / nbdebug ms")
+    out.append("process CPU time per step (all threads): base / floor / nbdebug ms, and nbdebug ÷ floor (target ≤ 1.2)")
     for m, r in rows.items():
         c = r["cpu_ms"]
         out.append(f"{m:12s} {c['baseline']:8.2f} {c['floor']:9.2f} {c['floor'] / c['baseline']:6.2f}× "
-                   f"{c['nbdebug']:10.2f} {c['nbdebug'] / c['baseline']:6.2f}×")
+                   f"{c['nbdebug']:10.2f} {c['nbdebug'] / c['baseline']:6.2f}×  {c['nbdebug'] / c['floor']:5.2f}× floor"
+                   f"  (rounds: {' '.join(f'{v:.1f}' for v in r['cpu_rounds']['nbdebug'])} / "
+                   f"{' '.join(f'{v:.1f}' for v in r['cpu_rounds']['floor'])})")
+    if any("loadavg" in r for r in rows.values()):
+        load = next(r["loadavg"] for r in rows.values() if "loadavg" in r)
+        out.append(f"load average (1 min) at the start / end of the rounds: {load[0]:.1f} / {load[1]:.1f}")
     return "\n".join(out)
 
 

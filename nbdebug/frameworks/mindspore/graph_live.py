@@ -257,6 +257,8 @@ class GraphAdapter:
         #: deletes the files of finished steps in the background
         self.remover = FileRemover()
         self._step_files: dict[int, list[str]] = {}
+        #: the kernel graphs whose Cell scopes were recovered for this model (by id; the graph kept alive)
+        self._scoped: dict[int, kd.KernelGraph] = {}
         self.runs = 0
         self.recorder = kd.RunRecorder(session, retain=retain, weights=self.weights, emit=self._emit_node)
         session.raw_source = self.recorder.raw
@@ -284,7 +286,9 @@ class GraphAdapter:
         kg = _GRAPH_CACHE.get(key)
         if kg is None:
             kg = _GRAPH_CACHE[key] = kd.load_kernel_graph(rank_dir, graph_id)
-        recover_cell_scopes(kg.kernels, self.model_ref())  # ms.jit functions compile without Cell scopes
+        if id(kg) not in self._scoped:  # once per graph: the kernels and the model's Cells stay as they are
+            recover_cell_scopes(kg.kernels, self.model_ref())  # ms.jit functions compile without Cell scopes
+            self._scoped[id(kg)] = kg
         return kg
 
     def after_run(self, obj: Any = None) -> None:
@@ -302,7 +306,8 @@ class GraphAdapter:
         rank = ranks[0]
         batch = []
         for _it, g, path, names in self._new_files(rank):
-            files = [os.path.join(path, f) for f in names]
+            prefix = os.path.join(path, "")
+            files = [prefix + f for f in names]
             if not self.capturing:
                 kd.remove_files(files)
                 continue

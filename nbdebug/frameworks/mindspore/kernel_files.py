@@ -50,15 +50,33 @@ def parse_dump_name(fname: str, mapping: dict[str, str] | None = None) -> tuple[
 
 def index_files(iter_dir: str, names: Iterable[str]) -> dict[str, dict[str, str]]:
     """``{file key: {"input.0": path, ..., "__dtype__.input.0": dtype}}`` for dump files of one run."""
+    return _index(os.path.join(iter_dir, ""), _parsed(iter_dir, names))
+
+
+def _parsed(iter_dir: str, names: Iterable[str]) -> list[tuple[int, str, str, str, str]]:
+    """``(timestamp, file key, slot, dtype, name)`` of every dump file among ``names`` (each parsed once; the
+    loop is :func:`parse_dump_name` written out: a step's hundreds of names go through it)."""
     mapping = _mapping(iter_dir)
+    if mapping:
+        return [(p[2], p[0], p[1], p[3], fname) for fname in names
+                if (p := parse_dump_name(fname, mapping)) is not None]
+    out = []
+    append = out.append
+    for fname in names:
+        parts = fname.rsplit(".", 8)
+        if len(parts) == 9 and parts[8] == "npy" and parts[4] in _IO and parts[3].isdigit():
+            append((int(parts[3]), parts[0], f"{parts[4]}.{parts[5]}", parts[7].lower(), fname))
+    return out
+
+
+_IO = frozenset(("input", "output"))
+
+
+def _index(prefix: str, entries: Iterable[tuple[int, str, str, str, str]]) -> dict[str, dict[str, str]]:
+    """:func:`index_files` of parsed entries (:func:`_parsed`); ``prefix``: the directory and a separator."""
     out: dict[str, dict[str, str]] = {}
     first: dict[str, int] = {}
-    prefix = os.path.join(iter_dir, "")
-    for fname in names:
-        parsed = parse_dump_name(fname, mapping)
-        if parsed is None:
-            continue
-        key, slot, ts, dtype = parsed
+    for ts, key, slot, dtype, fname in entries:
         entry = out.get(key)
         if entry is None:
             entry = out[key] = {}
@@ -86,24 +104,20 @@ def split_runs(iter_dir: str) -> list[tuple[int, dict[str, dict[str, str]]]]:
 
 def split_names(iter_dir: str, names: Iterable[str]) -> list[tuple[int, dict[str, dict[str, str]]]]:
     """:func:`split_runs` over the files ``names`` of ``iter_dir`` (a loop body's repetitions in one call)."""
-    mapping = _mapping(iter_dir)
-    entries = []
-    for fname in names:
-        parsed = parse_dump_name(fname, mapping)
-        if parsed is not None:
-            entries.append((parsed[2], parsed[0], parsed[1], fname))
+    entries = _parsed(iter_dir, names)
     entries.sort()
+    prefix = os.path.join(iter_dir, "")
+    if len({(e[1], e[2]) for e in entries}) == len(entries):  # each kernel's slot once: one run
+        return [(entries[0][0], _index(prefix, entries))] if entries else []
     seen: dict[tuple[str, str], int] = {}
-    runs: list[list[str]] = []
-    starts: list[int] = []
-    for ts, key, slot, fname in entries:
-        k = seen.get((key, slot), 0)
-        seen[(key, slot)] = k + 1
+    runs: list[list[tuple[int, str, str, str, str]]] = []
+    for e in entries:
+        k = seen.get((e[1], e[2]), 0)
+        seen[(e[1], e[2])] = k + 1
         while len(runs) <= k:
             runs.append([])
-            starts.append(ts)
-        runs[k].append(fname)
-    return [(starts[i], index_files(iter_dir, names)) for i, names in enumerate(runs)]
+        runs[k].append(e)
+    return [(run[0][0], _index(prefix, run)) for run in runs]
 
 
 def _slot_order(slot: str) -> tuple[int, int, str]:
@@ -149,6 +163,53 @@ def array_row(arr: np.ndarray, out: np.ndarray) -> str | None:
 
 
 _EMPTY = np.zeros(0, np.float32)
+
+#: a file's statistics: ``(raw stats row, dtype name, shape, size, nbytes, unsupported reason or None)``
+FileStats = tuple[np.ndarray, str, tuple[int, ...], int, int, "str | None"]
+
+
+def file_stats(path: str) -> FileStats:
+    """The statistics of one dump file, read with numpy (``ValueError`` naming the file when unreadable)."""
+    arr = load_npy(path)
+    row = np.empty(9, np.float64)
+    why = array_row(arr, row)
+    name = "bfloat16" if arr.dtype.kind == "V" and arr.dtype.itemsize == 2 else str(arr.dtype)
+    return row, name, tuple(int(d) for d in arr.shape), int(arr.size), int(arr.nbytes), why
+
+
+#: the native batch reader (None: every file is read with numpy, :func:`file_stats`)
+_read_batch = getattr(_fastats, "read_npy_stats", None)
+
+
+def files_stats(paths: list[str], rows: np.ndarray | None = None) -> list[FileStats | ValueError]:
+    """:func:`file_stats` of many files at once: the native kernel reads and reduces the files it can in one
+    call (the GIL released, no array made); the others, and every file when it is not built, are read with
+    numpy. An unreadable file's item is the ``ValueError`` that names it. ``rows``: where the statistics rows
+    go (C-contiguous float64, ``len(paths)`` x 9; the items' rows are views of it).
+
+    >>> import os, tempfile
+    >>> p = os.path.join(tempfile.mkdtemp(), "x.npy"); np.save(p, np.array([1.0, -2.0], np.float32))
+    >>> row, dtype, shape, size, nbytes, why = files_stats([p])[0]
+    >>> row[:3].tolist(), dtype, shape, size, nbytes, why
+    ([1.0, -2.0, -1.0], 'float32', (2,), 2, 8, None)
+    """
+    if rows is None:
+        rows = np.empty((len(paths), 9), np.float64)
+    native = _read_batch(paths, rows) if _read_batch is not None and paths else [None] * len(paths)
+    out: list[FileStats | ValueError] = []
+    for i, got in enumerate(native):
+        if got is not None:
+            out.append((rows[i], got[0], got[1], got[2], got[3], None))
+            continue
+        try:
+            st = file_stats(paths[i])
+        except ValueError as exc:
+            rows[i] = _NAN_ROW
+            out.append(exc)
+            continue
+        rows[i] = st[0]
+        out.append((rows[i], *st[1:]))
+    return out
 
 
 def misdump_reason(path: str, file_dtype: str, device_dtype: str) -> str:

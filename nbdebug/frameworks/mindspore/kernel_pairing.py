@@ -17,6 +17,7 @@ candidate is left (repeated until nothing changes). What is still ambiguous is r
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable
@@ -27,8 +28,16 @@ from .kernel_graph import Kernel, KernelGraph
 
 _OP_INDEX = re.compile(r"-op\d+$")
 
+
+@functools.lru_cache(maxsize=1 << 16)
+def _group(key: str) -> str:
+    """A file key (or kernel's) without its ``-op{N}``: its scope and type (the same keys come every step)."""
+    return _OP_INDEX.sub("", key)
+
 #: a file's fingerprint: its dtype, size and statistics (a file that cannot be read: None)
 Fingerprint = Callable[[str], object]
+#: a file's shape (a file that cannot be read: None)
+ShapeOf = Callable[[str], "tuple[int, ...] | None"]
 
 
 @dataclass
@@ -40,35 +49,43 @@ class Pairing:
 
 
 def match_kernel_files(kg: KernelGraph, files: dict[str, dict[str, str]],
-                       fingerprint: Fingerprint | None = None) -> Pairing:
+                       fingerprint: Fingerprint | None = None, shape_of: ShapeOf | None = None) -> Pairing:
     """Pair the kernels of ``kg`` with the ``files`` of one run (:func:`~.kernel_files.index_files`).
 
     A scope and type with one kernel and one file pair at once. Otherwise each kernel's candidates are the
     files of its scope and type whose declared dtypes and shapes fit (:func:`_signature_fits`), narrowed by
-    the data flow (``fingerprint``: a file's statistics, see the module). Certain pairs are learnt once per
-    graph (``kg.pairing``); a kernel left with several candidates gets its own-named one (else the first in
-    dump order) and is listed in ``uncertain`` with the reason (its slots are refused, not shown).
+    the data flow (``fingerprint``: a file's statistics, see the module; ``shape_of``: a file's shape, None
+    when unreadable; default: its header, :func:`~nbdebug.frameworks.npy_read.read_npy_shape`). Certain pairs
+    are learnt once per graph (``kg.pairing``); a kernel left with several candidates gets its own-named one
+    (else the first in dump order) and is listed in ``uncertain`` with the reason (its slots are refused, not shown).
     """
     groups: dict[str, list[Kernel]] = {}
     for k in kg.kernels:
-        groups.setdefault(_OP_INDEX.sub("", k.file_key), []).append(k)
+        groups.setdefault(_group(k.file_key), []).append(k)
     spare: dict[str, list[tuple[int, str]]] = {}
     for key, f in files.items():
         if not key.startswith("Parameter."):
-            spare.setdefault(_OP_INDEX.sub("", key), []).append((int(f.get("__ts__", 0)), key))
+            spare.setdefault(_group(key), []).append((int(f.get("__ts__", 0)), key))
     out: dict[str, dict[str, str]] = {}
     open_groups: list[tuple[str, list[Kernel], list[str]]] = []
     for group, kernels in groups.items():
         keys = [key for _ts, key in sorted(spare.get(group, ()))]
         if len(kernels) == 1 and len(keys) == 1:
             out[kernels[0].name] = files[keys[0]]
-        elif keys and all(key in kg.pairing for key in keys):
-            out.update((kg.pairing[key], files[key]) for key in keys)
         elif keys:
-            open_groups.append((group, kernels, keys))
+            # the pairs learnt from an earlier run hold (the same graph names its files alike every run): only
+            # the kernels and files left over are paired by data flow
+            learnt = [key for key in keys if key in kg.pairing]
+            out.update((kg.pairing[key], files[key]) for key in learnt)
+            if learnt:
+                done = {kg.pairing[key] for key in learnt}
+                kernels = [k for k in kernels if k.name not in done]
+                keys = [key for key in keys if key not in kg.pairing]
+            if kernels and keys:
+                open_groups.append((group, kernels, keys))
     pairing = Pairing(out)
     if open_groups:
-        _Resolver(kg, files, fingerprint, pairing).run(open_groups)
+        _Resolver(kg, files, fingerprint, pairing, shape_of or _header_shape).run(open_groups)
     return pairing
 
 
@@ -76,8 +93,8 @@ class _Resolver:
     """Pairs the kernels of the ambiguous groups by data flow (see :func:`match_kernel_files`)."""
 
     def __init__(self, kg: KernelGraph, files: dict[str, dict[str, str]], fingerprint: Fingerprint | None,
-                 pairing: Pairing) -> None:
-        self.kg, self.files, self.fp, self.pairing = kg, files, fingerprint, pairing
+                 pairing: Pairing, shape_of: ShapeOf) -> None:
+        self.kg, self.files, self.fp, self.pairing, self.shape_of = kg, files, fingerprint, pairing, shape_of
         self.out = pairing.files
         self.consumers: dict[str, list[tuple[str, str, str]]] = {}  # producer -> (consumer, its slot, out slot)
         for k in kg.kernels:
@@ -89,7 +106,7 @@ class _Resolver:
         cands: dict[str, list[str]] = {}
         sizes: dict[str, tuple[int, int]] = {}
         for _group, kernels, keys in groups:
-            sigs = {key: _file_signature(self.files[key]) for key in keys}
+            sigs = {key: _file_signature(self.files[key], self.shape_of) for key in keys}
             for k in kernels:
                 # none fits: the declared shapes are not the dumped ones (a reshape the kernel absorbed); the
                 # sizes still are
@@ -119,7 +136,7 @@ class _Resolver:
                 if not opts:
                     continue
                 self._fix(k, k.file_key if k.file_key in opts else opts[0], used, certain=False)
-                group = _OP_INDEX.sub("", k.file_key)
+                group = _group(k.file_key)
                 self.pairing.uncertain[k.name] = (
                     f"not the value used for certain: which of MindSpore's {len(cands[k.name])} dump files of {group} "
                     f"kernels is this kernel's cannot be told (their names and dump order do not identify "
@@ -155,17 +172,16 @@ class _Resolver:
         return tuple((slot, self.fp(f[slot])) for slot in sorted(f) if not slot.startswith("__"))  # type: ignore[misc]
 
 
-def _file_signature(kfiles: dict[str, str]) -> dict[str, tuple[str, tuple[int, ...] | None]]:
-    sig = {}
-    for slot, path in kfiles.items():
-        if slot.startswith("__"):
-            continue
-        try:
-            shape = read_npy_shape(path)
-        except ValueError:
-            shape = None
-        sig[slot] = (kfiles.get(f"__dtype__.{slot}", ""), shape)
-    return sig
+def _header_shape(path: str) -> tuple[int, ...] | None:
+    try:
+        return read_npy_shape(path)
+    except ValueError:
+        return None
+
+
+def _file_signature(kfiles: dict[str, str], shape_of: ShapeOf) -> dict[str, tuple[str, tuple[int, ...] | None]]:
+    return {slot: (kfiles.get(f"__dtype__.{slot}", ""), shape_of(path))
+            for slot, path in kfiles.items() if not slot.startswith("__")}
 
 
 def _signature_fits(k: Kernel, sig: dict[str, tuple[str, tuple[int, ...] | None]], by_size: bool = False) -> bool:

@@ -23,6 +23,7 @@ from .kernel_files import (
     _NAN_ROW,
     _slot_order,
     array_row,
+    files_stats,
     index_iteration,
     load_npy,
     misdump_reason,
@@ -63,6 +64,23 @@ class RowBuffer(RawRows):
         self._host[row] = values
         return row
 
+    def reserve(self, n: int) -> int:
+        """``n`` consecutive rows (their values written by the caller into :meth:`rows`); the first one's index."""
+        start = self._n
+        if start + n > self._host.shape[0]:
+            grown = np.empty((max(2 * self._host.shape[0], start + n), self._host.shape[1]), dtype=np.float64)
+            grown[:start] = self._host[:start]
+            self._host = grown
+        self._n = start + n
+        return start
+
+    def rows(self, start: int, n: int) -> np.ndarray:
+        """The rows ``start`` to ``start + n`` (a view, to write into)."""
+        return self._host[start:start + n]
+
+    def row(self, i: int) -> np.ndarray:
+        return self._host[i]
+
     def add_unknown(self) -> int:
         """A row for a tensor whose values are unknown: NaN statistics, no NaN/Inf counted."""
         row, _ = self.add(_EMPTY)
@@ -87,6 +105,23 @@ class _RunState:
         self.uncertain = uncertain
 
 
+#: where a slot's value comes from (:class:`_KernelPlan`): the kernel's own file, the producer's output the data
+#: flow names (a kernel, parameter, input or constant), or a graph input the control flow binds
+_OWN, _LINK, _BOUND = "own", "link", "bound"
+
+
+class _KernelPlan:
+    """How one kernel of one graph run is recorded, whatever the values: its node's name, the parameters,
+    inputs and constants it consumes first (``(slot, node, source, dtype key, device dtype)``) and its slots
+    in order (``(slot, source kind, (producer node, slot) or None, dumped, output, dtype key, device
+    dtype)``)."""
+
+    __slots__ = ("name", "sources", "slots", "stack")
+
+    def __init__(self, name: str, sources: list[tuple], slots: list[tuple], stack: Callable[[], list[str]]) -> None:
+        self.name, self.sources, self.slots, self.stack = name, sources, slots, stack
+
+
 class RunRecorder:
     """Writes graph runs (one iteration directory of one graph each) into the step in progress."""
 
@@ -106,13 +141,16 @@ class RunRecorder:
         self._names: dict[tuple[int, str], str] = {}
         self._owner: dict[str, int] = {}
         self._inputs: dict[str, str] = {}
-        #: ``{path: (stats row, dtype, shape, size, nbytes, why) | None}`` of the call being recorded: each
-        #: file is read once, for pairing (its statistics) and for its slot
+        #: ``{path: (row in :attr:`buf`, dtype, shape, size, nbytes, why) | None}`` of the call being recorded:
+        #: each file is read once, for pairing (its statistics) and for its slots
         self._stats: dict[str, tuple | None] = {}
+        #: ``{(graph id, repetition, kernel, its dumped slots): plan}`` (:meth:`_plan`)
+        self._plans: dict[tuple, _KernelPlan] = {}
 
     def new_step(self) -> None:
         self.buf = RowBuffer()
         self.files = {}
+        self._stats = {}  # their rows were the finished step's
 
     def raw(self) -> np.ndarray:
         return self.buf.raw()
@@ -183,13 +221,14 @@ class RunRecorder:
             rep = reps[kg.graph_id] = reps.get(kg.graph_id, -1) + 1
             first = (kg.graph_id, rep) not in self._graph_edges
             self._graph_edges.add((kg.graph_id, rep))
-            pairing = match_kernel_files(kg, files, self._fingerprint)
+            pairing = match_kernel_files(kg, files, self._fingerprint, self._shape)
             matched = pairing.files
             queue = [(int(matched[k.name].get("__ts__", 0)), r, k, matched[k.name])
                      for k in kg.kernels if k.name in matched]
             start = min((q[0] for q in queue), default=0)
             states.append(_RunState(kg, rep, first, start, sources_done, pairing.uncertain))
             queues.append(queue)
+        self._read(self._needed(states, queues))
         order = queues[0] if len(queues) == 1 else heapq.merge(*queues, key=lambda item: item[0])
         count = 0
         for _ts, r, k, kfiles in order:
@@ -198,77 +237,135 @@ class RunRecorder:
         self._stats = {}
         return count
 
+    def _needed(self, states: list[_RunState], queues: list[list[tuple]]) -> list[str]:
+        """The files the call's kernels will read (one batch, before recording): every output, and the inputs
+        their producer's output does not stand for (a parameter's at its first use). A file left out is
+        read when asked for; one read for nothing costs only its read."""
+        need: list[str] = []
+        params: set[str] = set()
+        stats = self._stats
+        for st, queue in zip(states, queues, strict=True):
+            paired = {k.name: kfiles for _ts, _r, k, kfiles in queue}
+            for _ts, _r, k, kfiles in queue:
+                for slot, path in kfiles.items():
+                    if slot[0] == "_" or path in stats:
+                        continue
+                    src = k.sources.get(slot) if slot[0] == "i" else None
+                    if src is not None:
+                        if src[0] == "kernel":
+                            prod = paired.get(src[1])
+                            if prod is not None and src[2] in prod and src[1] not in st.uncertain:
+                                continue
+                        elif src[0] == "param":
+                            if src[1] in params:
+                                continue
+                            params.add(src[1])
+                    need.append(path)
+        return list(dict.fromkeys(need))
+
     def _stat(self, path: str) -> tuple | None:
         """``(stats row, dtype, shape, size, nbytes, why)`` of a file, read once per call; None (and a problem
         naming the file) when it cannot be read."""
-        if path in self._stats:
-            return self._stats[path]
         try:
-            arr = load_npy(path)
-        except ValueError as exc:
-            self.problems.append((path, str(exc).split(": ", 1)[-1]))
-            self._stats[path] = None
-            return None
-        row = np.empty(9, np.float64)
-        why = array_row(arr, row)
-        name = "bfloat16" if arr.dtype.kind == "V" and arr.dtype.itemsize == 2 else str(arr.dtype)
-        out = self._stats[path] = (row, name, tuple(int(d) for d in arr.shape), int(arr.size), int(arr.nbytes), why)
-        return out
+            return self._stats[path]
+        except KeyError:
+            self._read([path])
+            return self._stats[path]
+
+    def _read(self, paths: list[str]) -> None:
+        """Read ``paths`` (not read yet in this call) in one batch (:func:`files_stats`), their statistics
+        written straight into rows of the step (a file's row serves every slot that shows it)."""
+        start = self.buf.reserve(len(paths))
+        stats = self._stats
+        for i, (path, got) in enumerate(zip(paths, files_stats(paths, self.buf.rows(start, len(paths))),
+                                            strict=True)):
+            if isinstance(got, ValueError):
+                self.problems.append((path, str(got).split(": ", 1)[-1]))
+                stats[path] = None
+            else:
+                stats[path] = (start + i, *got[1:])
 
     def _fingerprint(self, path: str) -> object:
         st = self._stat(path)
-        return None if st is None else (st[1], st[3], st[0].tobytes())
+        return None if st is None else (st[1], st[3], self.buf.row(st[0]).tobytes())
+
+    def _shape(self, path: str) -> tuple[int, ...] | None:
+        st = self._stat(path)
+        return None if st is None else st[2]
+
+    def _plan(self, st: _RunState, k: Kernel, kfiles: dict[str, str], key: tuple) -> _KernelPlan:
+        """What recording ``k`` does whatever the values (its node's name, where each slot comes from), worked
+        out once per graph, repetition and set of dumped slots (:class:`_KernelPlan`)."""
+        kg = st.kg
+        name = self._run_name(st, k.name)
+        sources = []
+        for slot, src in k.sources.items():
+            if src[0] not in ("kernel", "bound"):
+                sname = self._source_name(kg, src, k, slot)[0]
+                if slot in kfiles:
+                    sources.append((slot, sname, src, "__dtype__." + slot, k.device_dtypes.get(slot)))
+        slots = {sl for sl in kfiles if not sl.startswith("__")}
+        # a bound input is not dumped (MindSpore writes no file for a graph's parameter): its producer's is it
+        slots.update(sl for sl, src in k.sources.items() if src[0] == "bound")
+        plan_slots = []
+        for slot in sorted(slots, key=_slot_order):
+            src = k.sources.get(slot)
+            mode, link = _OWN, None
+            if src is not None and src[0] == "bound":
+                mode = _BOUND
+            elif src is not None:
+                mode = _LINK
+                link = (self._run_name(st, src[1]), src[2]) if src[0] == "kernel" else \
+                    self._source_name(kg, src, k, slot)
+            plan_slots.append((slot, mode, link, slot in kfiles, slot.startswith("output"), "__dtype__." + slot,
+                               k.device_dtypes.get(slot)))
+        plan = self._plans[key] = _KernelPlan(name, sources, plan_slots, lambda stk=k.stack: list(stk))
+        return plan
 
     def _record_kernel(self, states: list[_RunState], st: _RunState, k: Kernel, kfiles: dict[str, str]) -> None:
         s = self.session
         kg = st.kg
-        name = self._run_name(st, k.name)
+        key = (kg.graph_id, st.rep, k.name, frozenset(kfiles))
+        plan = self._plans.get(key) or self._plan(st, k, kfiles, key)
+        name = plan.name
+        produced = st.produced
         # parameters, inputs and constants first consumed here execute just before it
-        for slot, src in k.sources.items():
-            if src[0] in ("kernel", "bound"):
-                continue
-            sname, _ = self._source_name(kg, src, k, slot)
-            if sname not in st.sources_done and slot in kfiles:
+        for slot, sname, src, dkey, device in plan.sources:
+            if sname not in st.sources_done:
                 st.sources_done.add(sname)
                 snode = self._source_node(kg, src, k, slot)
-                entry = self._load(kfiles[slot], kfiles.get(f"__dtype__.{slot}", ""), k.device_dtypes.get(slot))
+                entry = self._load(kfiles[slot], kfiles.get(dkey, ""), device)
                 if entry is not None:
                     self._put(snode, "output.0", entry)
-                    st.produced[(sname, "output.0")] = entry
+                    produced[(sname, "output.0")] = entry
                 self.emit(snode)
-        node = s.node(name, kind="op", op_type=k.op_type, scope=k.scope, section=k.section,
-                      stack=(lambda stk=k.stack: list(stk)))
+        node = s.node(name, kind="op", op_type=k.op_type, scope=k.scope, section=k.section, stack=plan.stack)
         node.graph = kg.file  # type: ignore[attr-defined]  # the panel's graph filter
-        slots = {sl for sl in kfiles if not sl.startswith("__")}
-        # a bound input is not dumped (MindSpore writes no file for a graph's parameter): its producer's is it
-        slots.update(sl for sl, src in k.sources.items() if src[0] == "bound")
         doubt = st.uncertain.get(k.name)
-        for slot in sorted(slots, key=_slot_order):
-            src = k.sources.get(slot)
+        first = st.first
+        put = self._put
+        for slot, mode, link, dumped, output, dkey, device in plan.slots:
             entry = None
-            link = None
-            if src is not None and src[0] == "bound":
-                link = self._bind(states, st, src)
-            elif src is not None:
-                pname, pslot = (self._run_name(st, src[1]), src[2]) if src[0] == "kernel" else \
-                    self._source_name(kg, src, k, slot)
-                link = (pname, pslot, st.produced.get((pname, pslot)))
-            if link is not None:
-                entry = link[2]
-                if st.first or src[0] == "bound":
+            if mode is _LINK:
+                entry = produced.get(link)
+                if first:
                     s.graph.add_edge(link[0], name, link[1], slot)
-            if entry is not None and entry[6] is None and doubt is None and slot in kfiles:
+            elif mode is _BOUND:
+                bound = self._bind(states, st, k.sources[slot])
+                if bound is not None:
+                    entry = bound[2]
+                    s.graph.add_edge(bound[0], name, bound[1], slot)
+            if entry is not None and entry[6] is None and doubt is None and dumped:
                 entry = None  # the producer's files could not be told apart: this kernel's own file holds it
             if entry is None:
-                if slot not in kfiles:
+                if not dumped:
                     continue
-                entry = self._load(kfiles[slot], kfiles.get(f"__dtype__.{slot}", ""), k.device_dtypes.get(slot),
-                                   doubt)
+                entry = self._load(kfiles[slot], kfiles.get(dkey, ""), device, doubt)
                 if entry is None:
                     continue
-            self._put(node, slot, entry)
-            if slot.startswith("output"):
-                st.produced[(name, slot)] = entry
+            put(node, slot, entry)
+            if output:
+                produced[(name, slot)] = entry
         self.emit(node)
 
     def _run_name(self, st: _RunState, kernel: str) -> str:
@@ -310,7 +407,7 @@ class RunRecorder:
         st = self._stat(path)
         if st is None:
             return None
-        values, name, shape, size, nbytes, why = st
+        row, name, shape, size, nbytes, why = st
         if dtype and name != "bfloat16":
             name = dtype
         if doubt is not None:
@@ -318,7 +415,6 @@ class RunRecorder:
         if device and dtype and device != dtype:
             row = self.buf.add_unknown()
             return row, device, shape, size, misdump_reason(path, dtype, device), None, path, True
-        row = self.buf.add_row(values)
         handle = NpyRef(path, nbytes) if self.retain else None
         return row, name, shape, size, why, handle, path, False
 
@@ -328,9 +424,9 @@ class RunRecorder:
         key = (node.name, slot)
         if not misdumped:
             self.files[key] = (path, shape, dtype)
-        s.recorder.add(key, row, dtype, shape, count)
+        i = s.recorder.add(key, row, dtype, shape, count)
         if why is not None:
-            s.recorder.unsupported[s.recorder.index[key]] = why
+            s.recorder.unsupported[i] = why
         node.shapes[slot] = shape
         node.dtypes[slot] = dtype
         if handle is not None:
