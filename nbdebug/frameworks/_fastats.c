@@ -4,6 +4,7 @@
  * Plain CPython extension (only Python.h plus compiler intrinsics headers; no torch/numpy headers).
  *
  *   reduce(ptr, numel, dtype, out_ptr) -> None
+ *   read_npy_stats(paths, out) -> list   (the statistics of many small .npy files, read in one call)
  *
  * reads `numel` contiguous elements of `dtype` at address `ptr` and writes 9 float64 values at
  * `out_ptr`:  [max, min, sum, abs_sum, sq_sum, zero_count, nan_count, pos_inf_count, neg_inf_count]
@@ -26,9 +27,18 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+#ifdef _WIN32
+#include <io.h>
+#else
+#include <unistd.h>
+#endif
 
 #if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__)) && \
     !defined(FASTATS_NO_SIMD)
@@ -631,34 +641,50 @@ static void set_isa(int isa) {
 /* ------------------------------------------------------------------------------------------ */
 /* driver                                                                                       */
 
-static void reduce_all(const char *p, Py_ssize_t numel, int dt, double *out) {
-    stats_t s = {-INFINITY, INFINITY, 0.0, 0.0, 0.0, 0, 0, 0, 0};
+/* reduce_all in parts: reduce_more() over consecutive pieces of one tensor, every piece but the last a
+ * multiple of BLOCK elements, gives what one reduce_all() gives, bit for bit (the same blocks, summed in the
+ * same order). */
+static void reduce_init(stats_t *s) {
+    stats_t init = {-INFINITY, INFINITY, 0.0, 0.0, 0.0, 0, 0, 0, 0};
+    *s = init;
+}
+
+static void reduce_more(stats_t *s, const char *p, size_t n, int dt) {
     const size_t es = ELSIZE[dt];
     const blk_fn kern = KERNELS[dt];
     const int floating = dt <= DT_BFLOAT16;
-    size_t n = (size_t)numel;
     for (size_t off = 0; off < n; off += BLOCK) {
         size_t m = n - off < BLOCK ? n - off : BLOCK;
         const char *bp = p + off * es;
         blk_t b;
         kern(bp, m, &b);
-        s.sum += b.sum;
-        s.asum += b.asum;
-        s.sq += b.sq;
-        s.zero += b.zero;
-        if (b.max > s.max) s.max = b.max;
-        if (b.min < s.min) s.min = b.min;
+        s->sum += b.sum;
+        s->asum += b.asum;
+        s->sq += b.sq;
+        s->zero += b.zero;
+        if (b.max > s->max) s->max = b.max;
+        if (b.min < s->min) s->min = b.min;
         /* abs_sum is finite iff the block holds no NaN/Inf (float64 may also overflow: then the
          * counting pass simply finds nothing). */
-        if (floating && !isfinite(b.asum)) COUNT_NONFINITE_FN(bp, m, dt, &s);
+        if (floating && !isfinite(b.asum)) COUNT_NONFINITE_FN(bp, m, dt, s);
     }
-    if (numel == 0 || s.nan > 0) {
-        s.max = NAN;
-        s.min = NAN;
+}
+
+static void reduce_finish(stats_t *s, size_t numel, double *out) {
+    if (numel == 0 || s->nan > 0) {
+        s->max = NAN;
+        s->min = NAN;
     }
-    double res[9] = {s.max,         s.min,        s.sum,          s.asum,         s.sq,
-                     (double)s.zero, (double)s.nan, (double)s.pinf, (double)s.ninf};
+    double res[9] = {s->max,         s->min,         s->sum,          s->asum,         s->sq,
+                     (double)s->zero, (double)s->nan, (double)s->pinf, (double)s->ninf};
     memcpy(out, res, sizeof res);
+}
+
+static void reduce_all(const char *p, Py_ssize_t numel, int dt, double *out) {
+    stats_t s;
+    reduce_init(&s);
+    reduce_more(&s, p, (size_t)numel, dt);
+    reduce_finish(&s, (size_t)numel, out);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -747,6 +773,307 @@ static PyObject *fastats_reduce(PyObject *self, PyObject *const *args, Py_ssize_
     Py_RETURN_NONE;
 }
 
+/* ------------------------------------------------------------------------------------------ */
+/* read_npy_stats: a kernel dump's .npy files read and reduced in one call                     */
+
+/* The dtypes read natively, by .npy descr (little-endian hosts only): code and numpy's name. */
+static const struct {
+    const char *descr;
+    int code;
+    const char *name;
+} NPY_DESCRS[] = {
+    {"<f4", DT_FLOAT32, "float32"}, {"<f8", DT_FLOAT64, "float64"}, {"<f2", DT_FLOAT16, "float16"},
+    {"|V2", DT_BFLOAT16, "bfloat16"}, {"|i1", DT_INT8, "int8"},       {"|u1", DT_UINT8, "uint8"},
+    {"<i2", DT_INT16, "int16"},       {"<i4", DT_INT32, "int32"},     {"<i8", DT_INT64, "int64"},
+    {"|b1", DT_BOOL, "bool"},
+};
+#define NPY_NDESCRS ((int)(sizeof NPY_DESCRS / sizeof NPY_DESCRS[0]))
+#define NPY_MAXDIMS 32
+
+typedef struct {
+    int desc; /* index into NPY_DESCRS; -1: left to Python */
+    int ndim;
+    long long dims[NPY_MAXDIMS];
+    long long count;
+} npy_info_t;
+
+FASTATS_INLINE int npy_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+
+static const char *npy_skip(const char *p, const char *end) {
+    while (p < end && npy_space(*p)) p++;
+    return p;
+}
+
+static const char *npy_lit(const char *p, const char *end, const char *lit) {
+    size_t n = strlen(lit);
+    return (size_t)(end - p) >= n && memcmp(p, lit, n) == 0 ? p + n : NULL;
+}
+
+/* Parse a header dict exactly as npy_read._HEADER does ("{'descr': '<f4', 'fortran_order': False,
+ * 'shape': (2, 3), }"); 0 on success (C order and a native dtype only), -1: left to Python. */
+static int npy_parse_header(const char *p, const char *end, npy_info_t *info) {
+    p = npy_skip(p, end);
+    if (!(p = npy_lit(p, end, "{"))) return -1;
+    p = npy_skip(p, end);
+    if (!(p = npy_lit(p, end, "'descr':"))) return -1;
+    p = npy_skip(p, end);
+    if (!(p = npy_lit(p, end, "'"))) return -1;
+    const char *d0 = p;
+    while (p < end && *p != '\'') p++;
+    if (p == end || p == d0) return -1;
+    size_t dlen = (size_t)(p - d0);
+    p++;
+    if (!(p = npy_lit(p, end, ","))) return -1;
+    p = npy_skip(p, end);
+    if (!(p = npy_lit(p, end, "'fortran_order':"))) return -1;
+    p = npy_skip(p, end);
+    if (!(p = npy_lit(p, end, "False"))) return -1; /* Fortran order (and anything else): numpy's path */
+    if (!(p = npy_lit(p, end, ","))) return -1;
+    p = npy_skip(p, end);
+    if (!(p = npy_lit(p, end, "'shape':"))) return -1;
+    p = npy_skip(p, end);
+    if (!(p = npy_lit(p, end, "("))) return -1;
+    info->ndim = 0;
+    info->count = 1;
+    for (;;) {
+        p = npy_skip(p, end);
+        if (p < end && *p == ')') break;
+        if (p == end || *p < '0' || *p > '9') return -1;
+        long long v = 0;
+        while (p < end && *p >= '0' && *p <= '9') {
+            if (v > (LLONG_MAX - 9) / 10) return -1;
+            v = v * 10 + (*p++ - '0');
+        }
+        if (info->ndim == NPY_MAXDIMS) return -1;
+        info->dims[info->ndim++] = v;
+        if (v != 0 && info->count > LLONG_MAX / v) return -1;
+        info->count *= v;
+        p = npy_skip(p, end);
+        if (p < end && *p == ',') p++;
+        else if (p < end && *p == ')') break;
+        else return -1;
+    }
+    p++; /* ')' */
+    if (p < end && *p == ',') p++;
+    p = npy_skip(p, end);
+    if (!(p = npy_lit(p, end, "}"))) return -1;
+    if (npy_skip(p, end) != end) return -1;
+    info->desc = -1;
+    for (int k = 0; k < NPY_NDESCRS; k++)
+        if (strlen(NPY_DESCRS[k].descr) == dlen && memcmp(NPY_DESCRS[k].descr, d0, dlen) == 0) info->desc = k;
+    return info->desc < 0 ? -1 : 0;
+}
+
+/* A file is read in pieces of at most NPY_BUF bytes into one buffer that stays in cache for the reduction:
+ * the first piece holds the header (at most NPY_HEAD bytes are parsed here) and, for most dump files, all
+ * the data; a larger file's data follows in pieces of whole BLOCKs (so the statistics are reduce_all's). */
+#define NPY_HEAD 4096
+#define NPY_BUF (NPY_HEAD + 8 * BLOCK * 8)
+
+/* Read up to n bytes at `offset` (fewer only at the end of the file); the count, or -1. */
+static Py_ssize_t npy_pread(int fd, char *buf, size_t n, size_t offset) {
+    size_t got = 0;
+    while (got < n) {
+#ifdef _WIN32
+        if (_lseeki64(fd, (long long)(offset + got), SEEK_SET) < 0) return -1;
+        int r = _read(fd, buf + got, (unsigned)(n - got));
+#else
+        ssize_t r = pread(fd, buf + got, n - got, (off_t)(offset + got));
+#endif
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return -1;
+        if (r == 0) break;
+        got += (size_t)r;
+    }
+    return (Py_ssize_t)got;
+}
+
+/* One open file: 0 and its statistics in out[0..8], or -1 (left to Python). */
+static int npy_stats_fd(int fd, char *buf, npy_info_t *info, double *out) {
+    Py_ssize_t first = npy_pread(fd, buf, NPY_BUF, 0);
+    if (first < 10) return -1;
+    size_t size = (size_t)first;
+    const unsigned char *b = (const unsigned char *)buf;
+    if (memcmp(b, "\x93NUMPY", 6) != 0) return -1;
+    size_t start, hlen;
+    if (b[6] == 1) {
+        start = 10;
+        hlen = (size_t)b[8] | (size_t)b[9] << 8;
+    } else if (b[6] == 2 || b[6] == 3) {
+        if (size < 12) return -1;
+        start = 12;
+        hlen = (size_t)b[8] | (size_t)b[9] << 8 | (size_t)b[10] << 16 | (size_t)b[11] << 24;
+    } else {
+        return -1;
+    }
+    if (start + hlen > NPY_HEAD || size < start + hlen) return -1; /* a long header: numpy's path */
+    if (npy_parse_header(buf + start, buf + start + hlen, info) < 0) return -1;
+    const int dt = NPY_DESCRS[info->desc].code;
+    const size_t es = ELSIZE[dt];
+    const size_t off = start + hlen;
+    const size_t count = (size_t)info->count;
+    if ((unsigned long long)info->count > (unsigned long long)(PY_SSIZE_T_MAX / es)) return -1;
+    stats_t st;
+    reduce_init(&st);
+    size_t have = (size - off) / es; /* whole elements in the first piece */
+    size_t done = 0;
+    if (have >= count) {
+        reduce_more(&st, buf + off, count, dt);
+        done = count;
+    } else {
+        size_t head = have / BLOCK * BLOCK;
+        reduce_more(&st, buf + off, head, dt);
+        done = head;
+        const size_t piece = (NPY_BUF / es) / BLOCK * BLOCK; /* elements per later read */
+        while (done < count) {
+            size_t m = count - done < piece ? count - done : piece;
+            Py_ssize_t got = npy_pread(fd, buf, m * es, off + done * es);
+            if (got < 0 || (size_t)got != m * es) return -1; /* truncated (or changed while read) */
+            reduce_more(&st, buf, m, dt);
+            done += m;
+        }
+    }
+    reduce_finish(&st, count, out);
+    return 0;
+}
+
+/* One file: 0 and its statistics in out[0..8], or -1 (left to Python). `dirfd`: an open directory the name
+ * after the path's last '/' is looked up in (the files of one dump folder go through one path walk), or -1. */
+static int npy_stats_one(const char *path, int dirfd, char *buf, npy_info_t *info, double *out) {
+#ifdef _WIN32
+    (void)dirfd;
+    int fd = _open(path, _O_RDONLY | _O_BINARY);
+#else
+    const char *slash = strrchr(path, '/');
+    int fd = dirfd >= 0 && slash != NULL ? openat(dirfd, slash + 1, O_RDONLY) : open(path, O_RDONLY);
+#endif
+    if (fd < 0) return -1;
+    int rc = npy_stats_fd(fd, buf, info, out);
+#ifdef _WIN32
+    _close(fd);
+#else
+    close(fd);
+#endif
+    return rc;
+}
+
+/* The files of `paths` (n) into out and info/ok, a directory opened once for consecutive files in it. */
+static void npy_stats_all(PyObject **encoded, Py_ssize_t n, npy_info_t *infos, int *ok, double *out) {
+    char *buf = (char *)malloc(NPY_BUF);
+    if (buf == NULL) return; /* every ok[i] stays 0: Python reads them */
+    int dirfd = -1;
+    const char *dir = NULL;
+    size_t dirlen = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const char *path = PyBytes_AS_STRING(encoded[i]);
+#ifndef _WIN32
+        const char *slash = strrchr(path, '/');
+        size_t len = slash != NULL ? (size_t)(slash - path) : 0;
+        if (slash != NULL && len > 0 && (dir == NULL || len != dirlen || memcmp(dir, path, len) != 0)) {
+            if (dirfd >= 0) close(dirfd);
+            char *d = (char *)malloc(len + 1);
+            dirfd = -1;
+            if (d != NULL) {
+                memcpy(d, path, len);
+                d[len] = 0;
+                dirfd = open(d, O_RDONLY | O_DIRECTORY);
+                free(d);
+            }
+            dir = path;
+            dirlen = len;
+        }
+        int use = slash != NULL && len > 0 ? dirfd : -1;
+#else
+        int use = -1;
+#endif
+        ok[i] = npy_stats_one(path, use, buf, &infos[i], out + 9 * i) == 0;
+    }
+#ifndef _WIN32
+    if (dirfd >= 0) close(dirfd);
+#endif
+    free(buf);
+}
+
+PyDoc_STRVAR(read_npy_stats_doc,
+             "read_npy_stats(paths, out) -> list\n\n"
+             "Read each .npy file of `paths` (a list of str) and write its 9 statistics (as reduce())\n"
+             "into row i of `out` (a writable C-contiguous float64 buffer of at least len(paths) * 9 values).\n"
+             "Item i of the result is (dtype name, shape, size, nbytes) for a file read here, or None for one left\n"
+             "to the caller: not readable, truncated, changed while read, or a header or dtype read natively\n"
+             "by numpy only (Fortran order, big-endian, structured, complex, ...). Releases the GIL.");
+
+static PyObject *fastats_read_npy_stats(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *paths, *outobj;
+    if (!PyArg_ParseTuple(args, "O!O:read_npy_stats", &PyList_Type, &paths, &outobj)) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(paths);
+    Py_buffer view;
+    if (PyObject_GetBuffer(outobj, &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) return NULL;
+    PyObject *result = NULL;
+    PyObject **encoded = NULL;
+    npy_info_t *infos = NULL;
+    int *ok = NULL;
+    const uint16_t probe = 1;
+    const int little = *(const unsigned char *)&probe == 1;
+    if ((size_t)view.len < (size_t)n * 9 * sizeof(double)) {
+        PyErr_Format(PyExc_ValueError, "read_npy_stats(): out holds %zd bytes, %zd files need %zd", view.len, n,
+                     n * 9 * (Py_ssize_t)sizeof(double));
+        goto done;
+    }
+    encoded = (PyObject **)PyMem_Calloc((size_t)n + 1, sizeof(PyObject *));
+    infos = (npy_info_t *)PyMem_Malloc(((size_t)n + 1) * sizeof(npy_info_t));
+    ok = (int *)PyMem_Calloc((size_t)n + 1, sizeof(int));
+    if (encoded == NULL || infos == NULL || ok == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!PyUnicode_FSConverter(PyList_GET_ITEM(paths, i), &encoded[i])) goto done;
+    }
+    if (little) {
+        double *out = (double *)view.buf;
+        Py_BEGIN_ALLOW_THREADS
+        npy_stats_all(encoded, n, infos, ok, out);
+        Py_END_ALLOW_THREADS
+    }
+    result = PyList_New(n);
+    if (result == NULL) goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item;
+        if (!ok[i]) {
+            item = Py_None;
+            Py_INCREF(item);
+        } else {
+            const npy_info_t *info = &infos[i];
+            PyObject *shape = PyTuple_New(info->ndim);
+            if (shape == NULL) goto fail;
+            for (int d = 0; d < info->ndim; d++) {
+                PyObject *v = PyLong_FromLongLong(info->dims[d]);
+                if (v == NULL) {
+                    Py_DECREF(shape);
+                    goto fail;
+                }
+                PyTuple_SET_ITEM(shape, d, v);
+            }
+            item = Py_BuildValue("(sNLL)", NPY_DESCRS[info->desc].name, shape, info->count,
+                                 info->count * (long long)ELSIZE[NPY_DESCRS[info->desc].code]);
+            if (item == NULL) goto fail;
+        }
+        PyList_SET_ITEM(result, i, item);
+    }
+    goto done;
+fail:
+    Py_CLEAR(result);
+done:
+    if (encoded != NULL)
+        for (Py_ssize_t i = 0; i < n; i++) Py_XDECREF(encoded[i]);
+    PyMem_Free(encoded);
+    PyMem_Free(infos);
+    PyMem_Free(ok);
+    PyBuffer_Release(&view);
+    return result;
+}
+
 PyDoc_STRVAR(isa_doc,
              "_set_isa(name=None) -> str\n\n"
              "Testing/benchmark hook: select the SIMD kernel set ('generic', 'avx2', 'avx512', or None\n"
@@ -780,6 +1107,7 @@ static PyObject *fastats_set_isa(PyObject *self, PyObject *args) {
 
 static PyMethodDef fastats_methods[] = {
     {"reduce", (PyCFunction)(void (*)(void))fastats_reduce, METH_FASTCALL, reduce_doc},
+    {"read_npy_stats", fastats_read_npy_stats, METH_VARARGS, read_npy_stats_doc},
     {"_set_isa", fastats_set_isa, METH_VARARGS, isa_doc},
     {NULL, NULL, 0, NULL},
 };
