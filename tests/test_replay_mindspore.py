@@ -98,3 +98,30 @@ def test_stateful_random_primitive_is_named_as_the_reason():
             _train("momentum", replay_at=1, dropout=True)
     assert "stateful random ops (drop.dropout: Dropout)" in str(e.value)
     assert "does not expose for saving" in str(e.value)
+
+
+def test_mismatch_reason_is_mindspore_s_own_wording():
+    ms.set_seed(0)
+    net = _Net()
+    net.set_train(True)
+    opt = nn.Momentum(net.trainable_params(), 0.1, 0.9)
+    crit = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+    dbg = nbdebug.Debugger(net, level="L0")
+    grad_fn = ms.value_and_grad(lambda x, y: crit(net(x), y), None, opt.parameters)
+    data = iter(_batches(4))
+
+    scale = [1.0]
+
+    @dbg.step_fn
+    def train_step(x, y):  # Python state the step changes: a replay sees the value of now
+        scale[0] *= 2.0
+        loss, grads = grad_fn(x * scale[0], y)
+        opt(grads)
+        return loss
+
+    train_step(*next(data))
+    with pytest.warns(ReplayMismatch):
+        r = dbg.replay(0)
+    assert not r.bitwise and r.mismatches
+    assert "Python state the step changes" in r.reason and "torch" not in r.reason, r.reason
+    dbg.close()

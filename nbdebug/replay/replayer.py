@@ -144,7 +144,8 @@ def _result(dbg: Any, kept: Kept, session: Session, level: str, outputs: list[An
     result = ReplayedStep(session, step=kept.step, level=level, loss=loss,
                           live_loss=kept.outputs[0] if kept.outputs else None, mismatches=mismatches,
                           notes=notes, compared=compared, node=node, hits=hits, error=error,
-                          causes=list(kept.state.problems_at_replay))
+                          causes=list(kept.state.problems_at_replay),
+                          generic=getattr(rs, "GENERIC_REASON", None))
     if node is None and result.bitwise:
         found = result.first_nonfinite()
         result.node = found[0] if found else None

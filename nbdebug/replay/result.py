@@ -94,8 +94,8 @@ GENERIC_REASONS = (
     "passed as an argument), or nondeterministic kernels (torch.use_deterministic_algorithms(False) on a GPU)")
 
 
-def reason_for(first: Mismatch, notes: list[str], graph: Any) -> str:
-    """The likely reason of the first difference."""
+def reason_for(first: Mismatch, notes: list[str], graph: Any, generic: str | None = None) -> str:
+    """The likely reason of the first difference (``generic``: the framework's wording of the last resort)."""
     if notes:
         return "; ".join(notes)
     node = graph.nodes.get(first.node) if graph is not None else None
@@ -106,7 +106,7 @@ def reason_for(first: Mismatch, notes: list[str], graph: Any) -> str:
     if first.node.startswith("Parameter") or first.node.startswith("Constant"):
         return ("a parameter or buffer the step started from differs: the model was changed between the step "
                 "start and its first use outside the step function")
-    return GENERIC_REASONS
+    return generic or GENERIC_REASONS
 
 
 class ReplayedStep(Reader):
@@ -121,7 +121,7 @@ class ReplayedStep(Reader):
     def __init__(self, session: Any, *, step: int, level: str, loss: Any = None, live_loss: Any = None,
                  mismatches: list[Mismatch] | None = None, notes: list[str] | None = None, compared: int = 0,
                  node: str | None = None, hits: list[Any] | None = None, error: str | None = None,
-                 causes: list[str] | None = None) -> None:
+                 causes: list[str] | None = None, generic: str | None = None) -> None:
         self.session = session
         self.watchpoints = WatchManager(session)
         self.step = step
@@ -135,7 +135,8 @@ class ReplayedStep(Reader):
         self.live_hits = list(hits or [])
         self.error = error
         self.closed = False
-        self.reason = reason_for(self.mismatches[0], list(causes or []), session.graph) if self.mismatches else ""
+        self.reason = reason_for(self.mismatches[0], list(causes or []), session.graph, generic) \
+            if self.mismatches else ""
 
     @property
     def graph(self) -> Any:

@@ -64,6 +64,14 @@ from .ops import TensorBase
 _IMMUTABLE = (int, float, complex, bool, str, bytes, type(None), type(Ellipsis), range, slice, frozenset,
               types.FunctionType, types.BuiltinFunctionType)
 
+#: why a MindSpore replay may differ, when nothing more specific is known (the result's ``reason``)
+GENERIC_REASON = (
+    "something the step depends on is not in the kept state: a random kernel with a state of its own (a "
+    "Primitive held by a Cell, a random op inside a compiled graph), randomness outside MindSpore's default "
+    "generator, NumPy's and Python's, Python state the step changes (a counter, a cache, data the step reads "
+    "itself instead of receiving it as an argument), or a kernel whose result depends on the run (parallel "
+    "reductions without mindspore.set_deterministic(True) on a device)")
+
 #: Primitives that draw random numbers from a seed and an offset of their own (not restorable)
 RANDOM_PRIMITIVES = frozenset({
     "Dropout", "Dropout2D", "Dropout3D", "DropoutGenMask", "StandardNormal", "StandardLaplace", "UniformReal",
