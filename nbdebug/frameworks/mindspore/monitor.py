@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from ...session.handle import Handles
 from ...session.monitor import RUN, Key
 from ..core.monitoring import KeyColumns, total_norm
 from .ops import TensorBase
@@ -81,9 +82,11 @@ class MindSporeMonitor(KeyColumns):
         self.closed = False
         self._loss_col = self.col((RUN, "loss"))
         self._total_col = self.col((RUN, "grad_norm_total"))
-        self._handles = [cell.register_forward_hook(self._cell_hook(f"Cell.{path}.{type(cell).__name__}"))
-                         for path, cell in model.cells_and_names() if path]
-        self._handles.append(model.register_forward_hook(self._root_hook))
+        self._handles = Handles()
+        for path, cell in model.cells_and_names():
+            if path:
+                self._handles.add(cell.register_forward_hook(self._cell_hook(f"Cell.{path}.{type(cell).__name__}")))
+        self._handles.add(model.register_forward_hook(self._root_hook))
         self._params: dict[int, tuple[list[Any], list[str]]] = {}  # id(optimizer) -> its parameters, names
         self._old: list[tuple[Any, int]] = []  # weight copies before optimizer(grads), update column
 
@@ -96,9 +99,7 @@ class MindSporeMonitor(KeyColumns):
 
     def close(self) -> None:
         self.closed = True
-        for h in self._handles:
-            h.remove()
-        self._handles = []
+        self._handles.remove_all()
         self._old = []
 
     # -- forward and backward -----------------------------------------------------------------------

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ...session.handle import Handles
 from ...session.level import Level
 from ..core.snapshot import Snap, untap
 from ..encode import describe_plain
@@ -196,7 +197,7 @@ class TorchIO:
         self._snap: Callable[[torch.Tensor], Any] | None = None
         self._pre: dict[int, tuple[torch.Tensor, Any]] = {}
         self._mod_pre: dict[str, list[dict[int, tuple[torch.Tensor, Any]]]] = {}
-        self._handles: list[Any] = []
+        self._handles = Handles()
         self._tls = threading.local()
         self.classes: dict[str, str] = {}
         model = adapter.model_ref() if adapter is not None else None
@@ -236,7 +237,7 @@ class TorchIO:
 
         a.run_op = run_op
         for path, mod in self._pre_modules:
-            self._handles.append(mod.register_forward_pre_hook(torch.compiler.disable(self._module_pre(path)),
+            self._handles.add(mod.register_forward_pre_hook(torch.compiler.disable(self._module_pre(path)),
                                                                        with_kwargs=True))
 
     def uninstall(self) -> None:
@@ -244,9 +245,7 @@ class TorchIO:
         if a is None:
             return
         untap(a, self._pre)
-        for h in self._handles:
-            h.remove()
-        self._handles = []
+        self._handles.remove_all()
         self._mod_pre.clear()
 
     @staticmethod

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ...session.handle import Handles
 from ..core.native import fastats as _fastats  # optional C kernel (None: CPU tensors use torch ops)
 
 __all__ = ["DebugUnderflowOverflow"]
@@ -202,7 +203,7 @@ class DebugUnderflowOverflow:
         self._local = threading.local()  # per-thread output buffer of the C kernel (it releases the GIL)
         self._done_batches = 0  # batch_number / total_calls as of the last replay
         self._done_calls = 0
-        self._handles: list[Any] = []
+        self._handles = Handles()
         self.analyse_model()
         previous = self._attached.get(model)
         if previous is not None:
@@ -229,7 +230,7 @@ class DebugUnderflowOverflow:
         self.model.apply(self._register_forward_hook)
 
     def _register_forward_hook(self, module) -> None:
-        self._handles.append(module.register_forward_hook(self._forward_hook))
+        self._handles.add(module.register_forward_hook(self._forward_hook))
 
     def reset_saved_frames(self) -> None:
         self._frames.clear()
@@ -250,9 +251,7 @@ class DebugUnderflowOverflow:
 
     def detach(self) -> None:
         """Remove every hook. Module calls not yet checked are dropped (call :meth:`flush` first to keep them)."""
-        for h in self._handles:
-            h.remove()
-        self._handles = []
+        self._handles.remove_all()
         self._pending, self._rows, self._stats = [], [], []
         self._done_batches, self._done_calls = self.batch_number, self.total_calls
         if self._attached.get(self.model) is self:
