@@ -774,6 +774,128 @@ static PyObject *fastats_reduce(PyObject *self, PyObject *const *args, Py_ssize_
 }
 
 /* ------------------------------------------------------------------------------------------ */
+/* update_norms: an optimizer step's |w_new - w_old|^2 and |w_new|^2 in one pass, the buffer that  */
+/* held w_old left holding w_new (the next step's "before").  The difference is taken in the       */
+/* element type, as `buf.sub_(w)` would; squares are summed in double.                              */
+
+typedef void (*upd_fn)(char *b, const char *p, size_t n, double *dd, double *ww);
+
+static void gen_upd_f32(char *b, const char *p, size_t n, double *dd, double *ww) {
+    float *bf = (float *)b;
+    const float *pf = (const float *)p;
+    double d0 = 0, d1 = 0, d2 = 0, d3 = 0, w0 = 0, w1 = 0, w2 = 0, w3 = 0;
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        float x0 = pf[i], x1 = pf[i + 1], x2 = pf[i + 2], x3 = pf[i + 3];
+        double e0 = (double)(x0 - bf[i]), e1 = (double)(x1 - bf[i + 1]);
+        double e2 = (double)(x2 - bf[i + 2]), e3 = (double)(x3 - bf[i + 3]);
+        bf[i] = x0, bf[i + 1] = x1, bf[i + 2] = x2, bf[i + 3] = x3;
+        d0 += e0 * e0, d1 += e1 * e1, d2 += e2 * e2, d3 += e3 * e3;
+        w0 += (double)x0 * x0, w1 += (double)x1 * x1, w2 += (double)x2 * x2, w3 += (double)x3 * x3;
+    }
+    for (; i < n; i++) {
+        float x = pf[i];
+        double e = (double)(x - bf[i]);
+        bf[i] = x;
+        d0 += e * e;
+        w0 += (double)x * x;
+    }
+    *dd = (d0 + d1) + (d2 + d3);
+    *ww = (w0 + w1) + (w2 + w3);
+}
+
+static void gen_upd_f64(char *b, const char *p, size_t n, double *dd, double *ww) {
+    double *bd = (double *)b;
+    const double *pd = (const double *)p;
+    double d0 = 0, d1 = 0, w0 = 0, w1 = 0;
+    size_t i = 0;
+    for (; i + 2 <= n; i += 2) {
+        double x0 = pd[i], x1 = pd[i + 1], e0 = x0 - bd[i], e1 = x1 - bd[i + 1];
+        bd[i] = x0, bd[i + 1] = x1;
+        d0 += e0 * e0, d1 += e1 * e1, w0 += x0 * x0, w1 += x1 * x1;
+    }
+    for (; i < n; i++) {
+        double x = pd[i], e = x - bd[i];
+        bd[i] = x;
+        d0 += e * e, w0 += x * x;
+    }
+    *dd = d0 + d1;
+    *ww = w0 + w1;
+}
+
+#if FASTATS_X86
+static FASTATS_AVX2 void avx2_upd_f32(char *b, const char *p, size_t n, double *dd, double *ww) {
+    float *bf = (float *)b;
+    const float *pf = (const float *)p;
+    __m256d d0 = _mm256_setzero_pd(), d1 = d0, w0 = d0, w1 = d0;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 x = _mm256_loadu_ps(pf + i), e = _mm256_sub_ps(x, _mm256_loadu_ps(bf + i));
+        _mm256_storeu_ps(bf + i, x);
+        __m256d xl = _mm256_cvtps_pd(_mm256_castps256_ps128(x)), xh = _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1));
+        __m256d el = _mm256_cvtps_pd(_mm256_castps256_ps128(e)), eh = _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1));
+        d0 = _mm256_fmadd_pd(el, el, d0);
+        d1 = _mm256_fmadd_pd(eh, eh, d1);
+        w0 = _mm256_fmadd_pd(xl, xl, w0);
+        w1 = _mm256_fmadd_pd(xh, xh, w1);
+    }
+    double a[4], c[4], td = 0, tw = 0;
+    _mm256_storeu_pd(a, _mm256_add_pd(d0, d1));
+    _mm256_storeu_pd(c, _mm256_add_pd(w0, w1));
+    gen_upd_f32(b + i * 4, p + i * 4, n - i, &td, &tw);
+    *dd = ((a[0] + a[1]) + (a[2] + a[3])) + td;
+    *ww = ((c[0] + c[1]) + (c[2] + c[3])) + tw;
+}
+#endif
+
+PyDoc_STRVAR(update_norms_doc,
+             "update_norms(buf_ptr, ptr, numel, dtype) -> (diff_sq_sum, sq_sum)\n\n"
+             "For `numel` contiguous FLOAT32 or FLOAT64 elements at `ptr` (the weights after a step) and\n"
+             "at `buf_ptr` (the weights before it): the sum of squares of (after - before), the difference\n"
+             "taken in the element type, and the sum of squares of `after`; the buffer is left holding\n"
+             "`after`.  The caller guarantees both buffers are valid and do not overlap.");
+
+static PyObject *fastats_update_norms(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 4) {
+        PyErr_Format(PyExc_TypeError, "update_norms() takes exactly 4 arguments (buf_ptr, ptr, numel, dtype), "
+                     "%zd given", nargs);
+        return NULL;
+    }
+    void *buf = NULL, *ptr = NULL;
+    if (arg_ptr(args[0], "buf_ptr", &buf) < 0 || arg_ptr(args[1], "ptr", &ptr) < 0) return NULL;
+    Py_ssize_t numel = PyLong_AsSsize_t(args[2]);
+    if (numel == -1 && PyErr_Occurred()) return NULL;
+    long dtype = PyLong_AsLong(args[3]);
+    if (dtype == -1 && PyErr_Occurred()) return NULL;
+    if (numel < 0 || (numel > 0 && (buf == NULL || ptr == NULL))) {
+        PyErr_SetString(PyExc_ValueError, "update_norms(): numel must be >= 0 and the pointers valid");
+        return NULL;
+    }
+    upd_fn fn;
+    if (dtype == DT_FLOAT32) {
+        fn = gen_upd_f32;
+#if FASTATS_X86
+        if (active_isa >= ISA_AVX2) fn = avx2_upd_f32;
+#endif
+    } else if (dtype == DT_FLOAT64) {
+        fn = gen_upd_f64;
+    } else {
+        PyErr_Format(PyExc_ValueError, "update_norms(): dtype %ld is not FLOAT32 or FLOAT64", dtype);
+        return NULL;
+    }
+    double dd = 0.0, ww = 0.0;
+    if (numel > GIL_RELEASE_NUMEL) {
+        Py_BEGIN_ALLOW_THREADS
+        fn((char *)buf, (const char *)ptr, (size_t)numel, &dd, &ww);
+        Py_END_ALLOW_THREADS
+    } else {
+        fn((char *)buf, (const char *)ptr, (size_t)numel, &dd, &ww);
+    }
+    return Py_BuildValue("(dd)", dd, ww);
+}
+
+/* ------------------------------------------------------------------------------------------ */
 /* read_npy_stats: a kernel dump's .npy files read and reduced in one call                     */
 
 /* The dtypes read natively, by .npy descr (little-endian hosts only): code and numpy's name. */
@@ -1108,6 +1230,7 @@ static PyObject *fastats_set_isa(PyObject *self, PyObject *args) {
 static PyMethodDef fastats_methods[] = {
     {"reduce", (PyCFunction)(void (*)(void))fastats_reduce, METH_FASTCALL, reduce_doc},
     {"read_npy_stats", fastats_read_npy_stats, METH_VARARGS, read_npy_stats_doc},
+    {"update_norms", (PyCFunction)(void (*)(void))fastats_update_norms, METH_FASTCALL, update_norms_doc},
     {"_set_isa", fastats_set_isa, METH_VARARGS, isa_doc},
     {NULL, NULL, 0, NULL},
 };

@@ -37,20 +37,25 @@ What it measures, as 0-d tensors on the values' devices, moved to the host once 
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
 
+from ...session.handle import Handles
 from ...session.monitor import RUN, Key
 from ..core.monitoring import KeyColumns, total_norm
+from ..core.native import fastats as _fastats
 from .stats import StatsBuffer
 
 _HALF = (torch.float16, torch.bfloat16)
 _norm = torch.linalg.vector_norm
 _NO_TORCH_FUNCTION = torch._C.DisableTorchFunction  # an op mode (L1) must not record the probe's ops
 _MOMENTS = (("exp_avg", "exp_avg_norm"), ("exp_avg_sq", "exp_avg_sq_norm"), ("momentum_buffer", "momentum_norm"))
+#: dtypes the one-pass native update kernel reads (``_fastats.update_norms``)
+_NATIVE_UPDATE = {} if _fastats is None else {torch.float32: _fastats.FLOAT32, torch.float64: _fastats.FLOAT64}
 
 
 def first_tensor(output: Any) -> torch.Tensor | None:
@@ -88,6 +93,25 @@ class _OptimizerSlots:
         self.names = names
         self.bufs: list[torch.Tensor] | None = None  # allocated at the first step (weights' layout)
         self.copied = False
+        #: per parameter: the native kernel's dtype code (a dense CPU float32/float64 weight), else None
+        self.native: list[int | None] = []
+        #: parameter index -> (version, address, |w|²) of the weights the native kernel left in its buffer
+        #: after the last step: while the weight is untouched, the buffer needs no new copy and |w| is known
+        self.after: dict[int, tuple[int, int, float]] = {}
+
+    def allocate(self) -> None:
+        """The buffers the weights are copied into before a step (a sparse weight is its own: not measured)."""
+        self.bufs = [torch.empty_like(p) if p.layout is torch.strided else p for p in self.params]
+        self.native = [_NATIVE_UPDATE.get(p.dtype) if p.device.type == "cpu" and p.layout is torch.strided
+                       and p.is_contiguous() and b.is_contiguous() else None
+                       for p, b in zip(self.params, self.bufs, strict=True)]
+
+    def kept(self) -> list[bool]:
+        """Per parameter: its buffer still holds its current weights (left by the native kernel, untouched
+        since: same version counter and storage)."""
+        after = self.after
+        return [(a := after.get(i)) is not None and a[0] == p._version and a[1] == p.data_ptr()
+                for i, p in enumerate(self.params)]
 
 
 class TorchMonitor(KeyColumns):
@@ -105,6 +129,7 @@ class TorchMonitor(KeyColumns):
         self._buf = StatsBuffer()
         self._rows: list[tuple[int, int, int]] = []
         self._run: dict[int, torch.Tensor] = {}  # run-wide values by column (the loss scale)
+        self._host: list[tuple[int, float]] = []  # values already on the host (the native update kernel's)
         self._loss: tuple[int, torch.Tensor] | None = None  # (priority, loss)
         self._seen: set[int] = set()  # modules measured this step
         self._gen = 0  # step generation: gradient hooks of an earlier step's outputs do nothing
@@ -112,20 +137,18 @@ class TorchMonitor(KeyColumns):
         self._opt_ran = False
         self._grad_cols: list[int] = []  # grad_norm columns queued this step
         self.closed = False
-        self._handles: list[Any] = []
+        self._handles = Handles()
         self._loss_col = self.col((RUN, "loss"))
         self._total_col = self.col((RUN, "grad_norm_total"))
         for path, mod in model.named_modules():
             if modules and path:
                 hook = self._module_hook(f"Module.{path}.{type(mod).__name__}")
-                self._handles.append(mod.register_forward_hook(wrap(hook)))
-        self._handles.append(model.register_forward_hook(wrap(self._root_hook)))
+                self._handles.add(mod.register_forward_hook(wrap(hook)))
+        self._handles.add(model.register_forward_hook(wrap(self._root_hook)))
 
     def close(self) -> None:
         self.closed = True
-        for h in self._handles:
-            h.remove()
-        self._handles = []
+        self._handles.remove_all()
         self._opts.clear()
 
     # -- forward and backward -----------------------------------------------------------------------
@@ -204,21 +227,27 @@ class TorchMonitor(KeyColumns):
         self.adapter.session.recorder.active = True
         slots = self._slots(opt, params)
         with torch.no_grad(), _NO_TORCH_FUNCTION():
-            self._measure(slots.params, slots.weight, slots.grad)
-            dense = [p.layout is torch.strided for p in slots.params]
             if slots.bufs is None:
-                slots.bufs = [torch.empty_like(p) if ok else p for p, ok in zip(slots.params, dense, strict=True)]
-            if all(dense):
-                torch._foreach_copy_(slots.bufs, slots.params)
-            else:
-                for b, p, ok in zip(slots.bufs, slots.params, dense, strict=True):
-                    if ok:
-                        b.copy_(p)
+                slots.allocate()
+            for i, k in enumerate(slots.kept()):  # copy the weights a buffer does not hold yet
+                if not k and slots.native[i] is not None:  # |w|² as the post-step pass sums it: same bits
+                    p = slots.params[i]
+                    slots.after[i] = (p._version, p.data_ptr(),
+                                      _fastats.update_norms(slots.bufs[i].data_ptr(), p.data_ptr(), p.numel(),
+                                                            slots.native[i])[1])
+            other = [i for i, code in enumerate(slots.native) if code is None]
+            rest = [i for i in other if slots.bufs[i] is not slots.params[i]]  # a sparse weight is its own buffer
+            if self.weights:  # |w| of a native weight: its kernel's, summed as the weight left the last step
+                self._queue([slots.params[i] for i in other], [slots.weight[i] for i in other])
+                self._host.extend((slots.weight[i], math.sqrt(a[2])) for i, a in slots.after.items())
+            self._measure(slots.params, slots.weight, slots.grad, weights=False)
+            if rest:
+                torch._foreach_copy_([slots.bufs[i] for i in rest], [slots.params[i] for i in rest])
             slots.copied = True
         self._opt_ran = True
 
-    def _measure(self, params: list[torch.Tensor], wcols: list[int], gcols: list[int]) -> None:
-        if self.weights:
+    def _measure(self, params: list[torch.Tensor], wcols: list[int], gcols: list[int], weights: bool = True) -> None:
+        if weights and self.weights:
             self._queue(params, wcols)
         grads, cols = [], []
         for p, c in zip(params, gcols, strict=True):
@@ -246,12 +275,7 @@ class TorchMonitor(KeyColumns):
             return
         slots.copied = False
         with torch.no_grad(), _NO_TORCH_FUNCTION():
-            pairs = [(b, p, c) for b, p, c in zip(slots.bufs, slots.params, slots.update, strict=True)
-                     if b is not p]
-            if pairs:
-                bufs = [b for b, _, _ in pairs]
-                torch._foreach_sub_(bufs, [p for _, p, _ in pairs])
-                self._queue(bufs, [c for _, _, c in pairs])
+            self._updates(slots)
             state, cols = opt.state, slots.moments
             for key, field in _MOMENTS:
                 found, fcols = [], []
@@ -265,6 +289,24 @@ class TorchMonitor(KeyColumns):
                         found.append(t)
                         fcols.append(c)
                 self._queue(found, fcols)
+
+    def _updates(self, slots: _OptimizerSlots) -> None:
+        """``update_norm`` per parameter: one native pass per dense CPU weight (|Δw| and |w| read, the buffer
+        left holding w for the next step), ``_foreach`` passes for the others (the buffer then holds -Δw)."""
+        rest = []
+        for i, (b, p, code) in enumerate(zip(slots.bufs, slots.params, slots.native, strict=True)):
+            if b is p:
+                continue
+            if code is None:
+                rest.append(i)
+                continue
+            dd, ww = _fastats.update_norms(b.data_ptr(), p.data_ptr(), p.numel(), code)
+            self._host.append((slots.update[i], math.sqrt(dd)))
+            slots.after[i] = (p._version, p.data_ptr(), ww)
+        if rest:
+            bufs = [slots.bufs[i] for i in rest]
+            torch._foreach_sub_(bufs, [slots.params[i] for i in rest])
+            self._queue(bufs, [slots.update[i] for i in rest])
 
     # -- step end -----------------------------------------------------------------------------------
     def collect(self) -> tuple[list[Key], np.ndarray]:
@@ -286,6 +328,10 @@ class TorchMonitor(KeyColumns):
             with _NO_TORCH_FUNCTION():
                 out[idx] = _to_host(self._vals)
             has[idx] = True
+        if self._host:
+            hidx = np.asarray([c for c, _ in self._host], dtype=np.intp)
+            out[hidx] = [v for _, v in self._host]
+            has[hidx] = True
         if self._grad_cols:
             out[self._total_col] = total_norm(out[np.asarray(self._grad_cols, dtype=np.intp)])
             has[self._total_col] = True
@@ -294,6 +340,7 @@ class TorchMonitor(KeyColumns):
         self._vals.clear()
         self._idx.clear()
         self._run.clear()
+        self._host.clear()
         self._seen.clear()
         self._grad_cols.clear()
         self._rows.clear()
