@@ -30,7 +30,7 @@ _OP_INDEX = re.compile(r"-op\d+$")
 
 
 @functools.lru_cache(maxsize=1 << 16)
-def _group(key: str) -> str:
+def _scope_type(key: str) -> str:
     """A file key (or kernel's) without its ``-op{N}``: its scope and type (the same keys come every step)."""
     return _OP_INDEX.sub("", key)
 
@@ -61,11 +61,11 @@ def match_kernel_files(kg: KernelGraph, files: dict[str, dict[str, str]],
     """
     groups: dict[str, list[Kernel]] = {}
     for k in kg.kernels:
-        groups.setdefault(_group(k.file_key), []).append(k)
+        groups.setdefault(_scope_type(k.file_key), []).append(k)
     spare: dict[str, list[tuple[int, str]]] = {}
     for key, f in files.items():
         if not key.startswith("Parameter."):
-            spare.setdefault(_group(key), []).append((int(f.get("__ts__", 0)), key))
+            spare.setdefault(_scope_type(key), []).append((int(f.get("__ts__", 0)), key))
     out: dict[str, dict[str, str]] = {}
     open_groups: list[tuple[str, list[Kernel], list[str]]] = []
     for group, kernels in groups.items():
@@ -136,7 +136,7 @@ class _Resolver:
                 if not opts:
                     continue
                 self._fix(k, k.file_key if k.file_key in opts else opts[0], used, certain=False)
-                group = _group(k.file_key)
+                group = _scope_type(k.file_key)
                 self.pairing.uncertain[k.name] = (
                     f"not the value used for certain: which of MindSpore's {len(cands[k.name])} dump files of {group} "
                     f"kernels is this kernel's cannot be told (their names and dump order do not identify "
