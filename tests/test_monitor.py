@@ -332,3 +332,60 @@ def test_series_a_step_did_not_measure_are_absent_not_nan():
         assert all(v == v for v in m.row(1).values())  # every value recorded is a measured (finite) one
     finally:
         dbg.close()
+
+
+def test_native_update_kernel_matches_torch_and_leaves_the_new_weights():
+    """``_fastats.update_norms``: |after - before|² (difference in the element type) and |after|², the
+    buffer left holding ``after``; float32 and float64, lengths around the vector width."""
+    from nbdebug.frameworks.core.native import fastats
+
+    if fastats is None:
+        pytest.skip("the native kernel is not built (make test builds it): nothing to compare")
+    g = torch.Generator().manual_seed(3)
+    for dtype, code in ((torch.float32, fastats.FLOAT32), (torch.float64, fastats.FLOAT64)):
+        for n in (0, 1, 7, 8, 9, 17, 4099):
+            before = torch.randn(n, generator=g, dtype=dtype)
+            after = before + 1e-3 * torch.randn(n, generator=g, dtype=dtype)
+            buf = before.clone()
+            dd, ww = fastats.update_norms(buf.data_ptr(), after.data_ptr(), n, code)
+            assert torch.equal(buf, after)
+            assert dd == pytest.approx((after - before).double().pow(2).sum().item(), rel=1e-12, abs=1e-300)
+            assert ww == pytest.approx(after.double().pow(2).sum().item(), rel=1e-12, abs=1e-300)
+    with pytest.raises(ValueError, match="FLOAT32 or FLOAT64"):
+        fastats.update_norms(buf.data_ptr(), after.data_ptr(), 1, fastats.FLOAT16)
+
+
+def test_weights_changed_between_steps_are_measured_again():
+    """The update pass leaves the new weights in its buffer and skips the next copy while a weight is
+    untouched; a weight changed between steps (in place, or its storage replaced) is copied and measured
+    again: the series still equal a hand computation on a plain run with the same changes."""
+
+    def train(dbg_level):
+        model = _mlp()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        dbg = nbdebug.Debugger(model, level=dbg_level) if dbg_level else None
+        w, ref = model[0].weight, []
+        for step, x in enumerate(_batches(4)):
+            with torch.no_grad():
+                if step == 1:
+                    w.mul_(0.5)  # in place: a new version
+                if step == 2:
+                    w.data = w.data * 2.0  # a new storage
+            opt.zero_grad()
+            model(x).pow(2).mean().backward()
+            before = w.detach().clone()
+            opt.step()
+            ref.append((before.norm().item(), (w.detach() - before).norm().item()))
+        return dbg, ref
+
+    _, ref = train(None)
+    dbg, _ = train("monitor")
+    try:
+        m = dbg.session.monitor
+        assert len(m) >= 3
+        for step in range(len(m)):
+            got = m.row(step)
+            assert got[("Parameter.0.weight", "weight_norm")] == pytest.approx(ref[step][0], rel=1e-6), step
+            assert got[("Parameter.0.weight", "update_norm")] == pytest.approx(ref[step][1], rel=1e-5), step
+    finally:
+        dbg.close()
