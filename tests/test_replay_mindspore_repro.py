@@ -165,7 +165,50 @@ def test_save_repro_refusals_write_nothing(factory):
     dbg, _, _ = _train(mod, "fn", 2)
     with pytest.raises(ValueError, match="model_factory='module:function'"):
         dbg.save_repro(tmp / "none")
-    with pytest.raises(ValueError, match="built for PyTorch only"):
-        dbg.save_repro(tmp / "op", node="Primitive.matmul.MatMul.0", model_factory="msrepro_net:make")
+    with pytest.raises(ValueError, match="a Primitive held by a Cell carries attributes"):
+        dbg.save_repro(tmp / "op", node="Primitive.matmul.MatMul.0.forward")
     assert not (tmp / "none").exists() and not (tmp / "op").exists()
+    dbg.close()
+
+
+class _Ops(ms.nn.Cell):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = ms.nn.Dense(4, 6)
+        self.fc2 = ms.nn.Dense(6, 1)
+
+    def construct(self, x):
+        h = ms.mint.mul(ms.ops.tanh(self.fc1(x)), 1.5)
+        h += 0.25  # Tensor.__iadd__: the saved input is h before the addition
+        return self.fc2(h / x.sum(axis=1, keepdims=True))
+
+
+def test_save_repro_node_calls_one_op_bitwise(tmp_path):
+    ms.set_seed(0)
+    net = _Ops()
+    opt = ms.nn.SGD(net.trainable_params(), 0.1)
+    dbg = nbdebug.Debugger(net, level="L0")
+    grad_fn = ms.value_and_grad(lambda x: net(x).sum(), None, opt.parameters)
+
+    @dbg.step_fn
+    def train_step(x):
+        loss, grads = grad_fn(x)
+        opt(grads)
+        return loss
+
+    x = np.random.default_rng(0).uniform(0.5, 1.5, (3, 4)).astype(np.float32)
+    x[1] = [1.0, -1.0, 2.0, -2.0]  # sums to 0: the division makes inf and NaN
+    train_step(ms.Tensor(x))
+    r = dbg.replay(0)
+    iadd = "Tensor.__iadd__.0.forward"
+    before = r.tensor(iadd, "input.0")
+    assert before.tobytes() == r.tensor("Mint.mul.0.forward", "output.0").tobytes()
+    for node, nonfinite in (("Mint.mul.0.forward", False), (iadd, False), ("Tensor.__truediv__.0.forward", True)):
+        folder = dbg.save_repro(tmp_path / node.split(".")[1].strip("_"), 0, node=node)
+        arrays = nbdebug.load_repro(folder).meta["arrays"]
+        if node == iadd:
+            assert arrays["args.0"].tobytes() == before.tobytes()  # the value before the op, not its result
+        done = subprocess.run([sys.executable, "repro.py"], cwd=folder, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert f"{node}: output bitwise identical | non-finite: {nonfinite}" in done.stdout
     dbg.close()

@@ -12,6 +12,10 @@ saved values into their Parameters (``Assign``), restores the RNG states, runs t
 in PyNative mode and checks the loss and every Parameter the step updated bit for bit. A MindSpore step
 function closes over objects the script cannot rebuild from their state (``value_and_grad``'s function,
 loss Cells, optimizers' constructor arguments): the factory builds them, the folder holds their values.
+:func:`save_op` writes one op's arguments (as it received them: an argument it wrote in place is the value
+before the op) and output, and a script calling ``mindspore.ops`` / ``mindspore.mint`` /
+``mint.nn.functional`` functions and ``Tensor`` methods by name (a Primitive held by a Cell is refused: its
+attributes are not in the folder).
 
 >>> import tempfile, numpy as np
 >>> d = tempfile.mkdtemp()
@@ -92,6 +96,8 @@ def encode(value: Any, arrays: dict[str, np.ndarray], dtypes: dict[str, str], ke
         return {type(value).__name__: [encode(v, arrays, dtypes, f"{key}.{i}") for i, v in enumerate(value)]}
     if type(value) is dict and all(isinstance(k, str) for k in value):
         return {"dict": {k: encode(v, arrays, dtypes, f"{key}.{k}") for k, v in value.items()}}
+    if isinstance(value, ms.dtype.Type):
+        return {"msdtype": _dtype_name(value)}
     raise ReproUnsupported(f"{key} is a {type(value).__name__}: a reproduction folder holds Tensors, numbers, "
                            f"strings and lists/tuples/dicts of them")
 
@@ -99,19 +105,57 @@ def encode(value: Any, arrays: dict[str, np.ndarray], dtypes: dict[str, str], ke
 def check(node: str | None, factory: str | None) -> None:
     """Refuse, before any work, what :func:`save_op` / :func:`save_step` cannot write."""
     if node is not None:
-        save_op("", node, ((), {}), None, "")
-    _factory(factory)
+        op_function(node)
+    else:
+        _factory(factory)
     if ms.get_context("mode") != ms.PYNATIVE_MODE:
         raise ReproUnsupported("save_repro is built for MindSpore's PyNative mode only: in GRAPH mode the step is "
                                "a compiled graph; dbg.replay(step) recomputes it with the kernel dump armed")
 
 
 # -- the op form ----------------------------------------------------------------------------------------
+#: where the function a node's name calls lives, by the node's prefix
+OP_MODULES = {"Functional": "mindspore.ops", "Mint": "mindspore.mint", "MintFunctional": "mindspore.mint.nn.functional",
+              "Tensor": "mindspore.Tensor"}
+
+
+def op_function(node: str) -> str:
+    """The Python expression of the MindSpore function a node name calls (``Mint.mul.0.forward`` ->
+    ``mindspore.mint.mul``); a Primitive, Cell or backward node is refused with the reason."""
+    prefix, _, rest = node.partition(".")
+    where = OP_MODULES.get(prefix)
+    if where is None or not rest or node.endswith(".backward"):
+        raise ReproUnsupported(
+            f"{node}: only the forward calls of mindspore.ops / mindspore.mint / mint.nn.functional functions and "
+            f"Tensor methods can be called on their own (a Primitive held by a Cell carries attributes of its "
+            f"own the folder does not rebuild; a Cell or backward node is not one call)")
+    return f"{where}.{rest.split('.')[0]}"
+
+
 def save_op(folder: str, node: str, call: tuple, out: Any, header: str) -> dict[str, Any]:
-    """Not built for MindSpore: the capture does not hand a replay the arguments of one op call."""
-    raise ReproUnsupported(f"save_repro(node={node!r}) is built for PyTorch only: MindSpore's capture does not "
-                           f"hand the replay an op's call arguments; save the step (node=None) and read the op's "
-                           f"input tensors with dbg.replay(step).tensor(node, 'input.0')")
+    """One op: its arguments and output to tensor files, and ``repro.py`` calling it and checking the
+    output bit for bit. ``call`` is ``(args, kwargs)`` as the op received them."""
+    func = op_function(node)
+    arrays: dict[str, np.ndarray] = {}
+    dtypes: dict[str, str] = {}
+    manifest = {"kind": "op", "node": node, "function": func, "args": encode(tuple(call[0]), arrays, dtypes, "args"),
+                "kwargs": encode(dict(call[1]), arrays, dtypes, "kwargs"),
+                "expected": encode(out, arrays, dtypes, "expected")}
+    manifest["tensors"] = write_tensors(folder, arrays, dtypes)
+    return {"manifest": manifest, "script": f'"""{header}"""\n' + _PROLOGUE + f'''
+import mindspore  # noqa: E402 - the op's namespace, by its full name
+import mindspore.mint.nn.functional  # noqa: E402
+
+args, kwargs = decode(M["args"]), decode(M["kwargs"])
+out = {func}(*args, **kwargs)
+expected = decode(M["expected"])
+flat = out if isinstance(out, (tuple, list)) else (out,)
+want = expected if isinstance(expected, (tuple, list)) else (expected,)
+ok = len(flat) == len(want) and all(same_bits(host(a), host(b)) for a, b in zip(flat, want))
+print("{node}:", "output bitwise identical" if ok else "output DIFFERS",
+      "| non-finite:", any(not np.isfinite(host(a).astype(np.float64)).all() for a in flat))
+sys.exit(0 if ok else 1)
+'''}
 
 
 # -- the step form --------------------------------------------------------------------------------------
@@ -169,10 +213,10 @@ def save_step(folder: str, model: Any, state: Any, fn: Any, objects: dict[str, l
         "kwargs": encode(dict(state.kwargs), arrays, dtypes, "kwargs"),
         "expected": encode(expected, arrays, dtypes, "expected") if expected is not None else None}
     manifest["tensors"] = write_tensors(folder, arrays, dtypes)
-    return {"manifest": manifest, "script": f'"""{header}"""\n' + _SCRIPT}
+    return {"manifest": manifest, "script": f'"""{header}"""\n' + _PROLOGUE + _STEP}
 
 
-_SCRIPT = '''import importlib
+_PROLOGUE = '''import importlib
 import json
 import os
 import random
@@ -213,10 +257,14 @@ def decode(v):
             return tuple(decode(x) for x in v["tuple"])
         if "dict" in v:
             return {k: decode(x) for k, x in v["dict"].items()}
+        if "msdtype" in v:
+            return getattr(ms, v["msdtype"])
     return v
 
 
 def host(t):
+    if isinstance(t, np.ndarray):
+        return t
     if t.dtype == ms.bfloat16:
         t = t.astype(ms.float32)
     return np.array(t.asnumpy(), order="C")
@@ -224,7 +272,9 @@ def host(t):
 
 def same_bits(a, b):
     return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
+'''
 
+_STEP = '''
 
 # the model, the step and its optimizers, built afresh by the factory
 built = getattr(importlib.import_module(M["factory"][0]), M["factory"][1])()
