@@ -77,3 +77,17 @@ def test_labels_are_the_input_the_loss_reads(level, same_tensor):
     # the loss's inputs come from the logits and the labels, nothing made up on the way
     assert {n for n in nx.ancestors(g, loss) if g.nodes[n]["kind"] == "input" and g.nodes[n]["scope"] == ""} \
         == set(top_inputs)
+
+
+@pytest.mark.parametrize("level", ["L1", "mix"])
+def test_the_torch_statistics_fallback_draws_the_same_graph(level, monkeypatch):
+    """Without the native kernel (a machine with no compiler) the statistics are torch ops; at L1/mix an
+    op mode is on, and those ops must not be recorded: the graph is node for node and edge for edge the one
+    the native kernel gives (it had ~600 extra ``Input`` nodes feeding the statistics' own ``stack``)."""
+    import nbdebug.frameworks.torch.stats as stats
+
+    native = _train(level, same_tensor=False)
+    monkeypatch.setattr(stats, "_fastats", None)
+    fallback = _train(level, same_tensor=False)
+    assert sorted(fallback.nodes) == sorted(native.nodes)
+    assert sorted(fallback.edges) == sorted(native.edges)

@@ -69,6 +69,7 @@ def _device_row(t: torch.Tensor) -> torch.Tensor:
 
 
 _STRIDED = torch.strided
+_NO_TORCH_FUNCTION = torch._C.DisableTorchFunction
 _NAMES: dict[torch.dtype, str] = {}  # dtype -> its name (``float32``), filled on first sight
 
 
@@ -122,7 +123,8 @@ class StatsBuffer(RawRows):
         if t.numel() == 0:
             self._host[row] = _NAN_ROW[:2] + [0.0] * 7
             return row, name, None
-        self._pending.append((row, _device_row(t)))
+        with _NO_TORCH_FUNCTION():  # the statistics' own ops are never recorded (an op mode is on at L1/mix)
+            self._pending.append((row, _device_row(t)))
         return row, name, None
 
     def raw(self) -> np.ndarray:
@@ -132,7 +134,8 @@ class StatsBuffer(RawRows):
             for row, vec in self._pending:
                 by_device.setdefault(vec.device, []).append((row, vec))
             for items in by_device.values():
-                host = torch.stack([v for _, v in items]).to("cpu", torch.float64).numpy()
+                with _NO_TORCH_FUNCTION():
+                    host = torch.stack([v for _, v in items]).to("cpu", torch.float64).numpy()
                 self._host[[r for r, _ in items]] = host
             self._pending.clear()
         return self._host[: self._n]
