@@ -65,3 +65,26 @@ def test_panel_header_shows_the_loss_scale_and_overflow_run():
     assert "overflow 2 steps in a row" in panel.header.loss_scale.value
     panel.close()
     dbg.close()
+
+
+def test_tracking_the_scale_adds_no_op_to_the_graph_at_l1_and_mix():
+    """The tracker reads the scale with torch ops of its own (a copy, a stack, one host read): under the op
+    mode of L1/mix none of them may appear as an op of the model — the graph is the one without tracking."""
+
+    def nodes(level, track):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 1))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        scaler = torch.amp.GradScaler("cpu", init_scale=256.0)
+        with nbdebug.Debugger(model, level=level) as dbg:
+            if track:
+                dbg.track_loss_scale(scaler)
+            for _ in range(3):
+                opt.zero_grad()
+                scaler.scale(model(torch.randn(2, 4)).pow(2).mean()).backward()
+                scaler.step(opt)
+                scaler.update()
+            return set(dbg.graph.nodes)
+
+    for level in ("L1", "mix"):
+        assert nodes(level, track=True) == nodes(level, track=False), level

@@ -27,6 +27,8 @@ import torch
 
 from ...watch.loss_scale import LossScaleTracker
 
+_OWN_OPS = torch._C.DisableTorchFunction  # nbdebug's own reads of the scale: never recorded as the model's ops
+
 
 class GradScalerProbe:
     """Records ``(scale, overflow)`` of every ``scaler.update()`` into ``tracker``.
@@ -60,7 +62,7 @@ class GradScalerProbe:
         sc = self.scaler
         if self.on_scale is not None and isinstance(outputs, torch.Tensor) and outputs.numel() == 1 and \
                 sc.is_enabled() and getattr(sc, "_scale", None) is not None:
-            with torch.no_grad():
+            with torch.no_grad(), _OWN_OPS():  # our copy is no op of the model's (L1's op mode records none)
                 self.on_scale(outputs, sc._scale.detach().reshape(()).clone())  # update() changes it in place
         return out
 
@@ -68,14 +70,17 @@ class GradScalerProbe:
         sc = self.scaler
         if not sc.is_enabled() or getattr(sc, "_scale", None) is None:
             return self._update(new_scale)
-        before = sc._scale.detach().reshape(()).to(torch.float32).clone()
-        found = [f for st in sc._per_optimizer_states.values() for f in st.get("found_inf_per_device", {}).values()]
-        found_total = torch.stack([f.to(before.device, torch.float32).reshape(()) for f in found]).sum() \
-            if found else None
-        self._update(new_scale)
-        after = sc._scale.detach().reshape(()).to(torch.float32)
-        parts = [before, after] + ([found_total] if found_total is not None else [])
-        vals = torch.stack(parts).tolist()  # the one host sync of the step
+        with _OWN_OPS():
+            before = sc._scale.detach().reshape(()).to(torch.float32).clone()
+            found = [f for st in sc._per_optimizer_states.values()
+                     for f in st.get("found_inf_per_device", {}).values()]
+            found_total = torch.stack([f.to(before.device, torch.float32).reshape(()) for f in found]).sum() \
+                if found else None
+        self._update(new_scale)  # the scaler's own ops: recorded as the training's
+        with _OWN_OPS():
+            after = sc._scale.detach().reshape(()).to(torch.float32)
+            parts = [before, after] + ([found_total] if found_total is not None else [])
+            vals = torch.stack(parts).tolist()  # the one host sync of the step
         overflow = vals[2] > 0 if found_total is not None else vals[1] < vals[0]
         rec = self.tracker.record(vals[0], overflow, step=self._step() if self._step is not None else None)
         if self._on_update is not None:
