@@ -70,6 +70,8 @@ def _parsed(iter_dir: str, names: Iterable[str]) -> list[tuple[int, str, str, st
 
 
 _IO = frozenset(("input", "output"))
+#: ``"__dtype__.{slot}"`` by slot (the index's dtype keys, made once)
+_DTYPE_KEYS: dict[str, str] = {}
 
 
 def _index(prefix: str, entries: Iterable[tuple[int, str, str, str, str]]) -> dict[str, dict[str, str]]:
@@ -81,7 +83,10 @@ def _index(prefix: str, entries: Iterable[tuple[int, str, str, str, str]]) -> di
         if entry is None:
             entry = out[key] = {}
         entry[slot] = prefix + fname
-        entry["__dtype__." + slot] = dtype
+        dkey = _DTYPE_KEYS.get(slot)
+        if dkey is None:
+            dkey = _DTYPE_KEYS[slot] = "__dtype__." + slot
+        entry[dkey] = dtype
         if ts < first.get(key, ts + 1):
             first[key] = ts
             entry["__ts__"] = str(ts)
@@ -105,10 +110,10 @@ def split_runs(iter_dir: str) -> list[tuple[int, dict[str, dict[str, str]]]]:
 def split_names(iter_dir: str, names: Iterable[str]) -> list[tuple[int, dict[str, dict[str, str]]]]:
     """:func:`split_runs` over the files ``names`` of ``iter_dir`` (a loop body's repetitions in one call)."""
     entries = _parsed(iter_dir, names)
-    entries.sort()
     prefix = os.path.join(iter_dir, "")
     if len({(e[1], e[2]) for e in entries}) == len(entries):  # each kernel's slot once: one run
-        return [(entries[0][0], _index(prefix, entries))] if entries else []
+        return [(min(entries)[0], _index(prefix, entries))] if entries else []
+    entries.sort()
     seen: dict[tuple[str, str], int] = {}
     runs: list[list[tuple[int, str, str, str, str]]] = []
     for e in entries:
