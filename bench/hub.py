@@ -261,7 +261,7 @@ def measure(ranks: int, rows: int, steps: int, period: float, workers: int, real
         rtts = []
         for _ in range(5):
             t = time.monotonic()
-            listener.request(srcs[len(rtts) * 7 % len(srcs)], "recheck", {})  # a no-op here: no watchpoints
+            listener.request(srcs[len(rtts) * 7 % len(srcs)], "recheck", {}, timeout=120)  # a no-op: no watchpoints
             rtts.append(time.monotonic() - t)
         latencies, same = [], True
         for i in range(pauses):  # at several phases of the step: just after a boundary is the worst
