@@ -210,7 +210,7 @@ def child(model: str, config: str, warmup: int, steps: int) -> dict[str, Any]:
         every = int(option[len("every="):]) if option.startswith("every=") else 1
         if option == "disk":
             os.environ["NBDEBUG_DUMP_PARENT"] = tempfile.gettempdir()
-        if every == 1:
+        if every == 1 and option in DUMP_OPTIONS:
             base_config = kd.dump_config
             kd.dump_config = lambda path, net_name=kd.NET_NAME: _changed(base_config(path, net_name), option)
         kd.arm_kernel_dump(every)
@@ -225,7 +225,14 @@ def child(model: str, config: str, warmup: int, steps: int) -> dict[str, Any]:
         option = config.partition(":")[2]
         every = int(option[len("every="):]) if option.startswith("every=") else 1
         dbg = nbdebug.Debugger(net, graph_every=every)  # before the first compile
-    out = _timed_steps(_trainer(model, net, loss, x, y), warmup, steps, between)
+    step = _trainer(model, net, loss, x, y)
+    if config == "floor:removal":  # the floor with its deletion inside the timed step (nbdebug deletes too)
+        remove, between, plain = between, None, step
+
+        def step():
+            plain()
+            remove()
+    out = _timed_steps(step, warmup, steps, between)
     if dbg is not None:
         out["steps_recorded"] = dbg.step_index
         out["steps_captured"] = len(dbg.session.steps) + len(dbg.session.history.steps)
@@ -282,7 +289,10 @@ def measure(model: str, config: str, warmup: int, steps: int) -> dict[str, Any]:
     return json.loads(lines[-1])
 
 
-def graph_rows(models: tuple[str, ...] = MODELS, rounds: int = 3, warmup: int = 3, steps: int = 10) -> dict:
+def graph_rows(models: tuple[str, ...] = MODELS, rounds: int = 3, warmup: int = 3, steps: int = 10,
+               configs: tuple[str, ...] = CONFIGS) -> dict:
+    """Every model under every configuration, rounds alternating the order (``configs`` may add
+    ``"floor:removal"``: the floor with the deletion of its files timed, as nbdebug's is)."""
     times: dict[tuple[str, str], list[float]] = {}
     best: dict[tuple[str, str], list[float]] = {}
     cpu: dict[tuple[str, str], list[float]] = {}
@@ -290,7 +300,7 @@ def graph_rows(models: tuple[str, ...] = MODELS, rounds: int = 3, warmup: int = 
     load_start = os.getloadavg()[0]
     for r in range(rounds):
         for m in models:
-            order = CONFIGS if r % 2 == 0 else CONFIGS[::-1]
+            order = configs if r % 2 == 0 else configs[::-1]
             for c in order:
                 res = measure(m, c, warmup, steps)
                 times.setdefault((m, c), []).append(res["ms"])
@@ -311,8 +321,8 @@ def graph_rows(models: tuple[str, ...] = MODELS, rounds: int = 3, warmup: int = 
         rows[m]["best_ms"] = fastest
         rows[m]["best_ratio"] = fastest["nbdebug"] / fastest["baseline"]
         rows[m]["best_floor_ratio"] = fastest["floor"] / fastest["baseline"]
-        rows[m]["cpu_ms"] = {c: statistics.median(cpu[(m, c)]) for c in CONFIGS}
-        rows[m]["cpu_rounds"] = {c: cpu[(m, c)] for c in CONFIGS}
+        rows[m]["cpu_ms"] = {c: statistics.median(cpu[(m, c)]) for c in configs}
+        rows[m]["cpu_rounds"] = {c: cpu[(m, c)] for c in configs}
         rows[m]["loadavg"] = load
     return rows
 
@@ -365,6 +375,12 @@ def format_rows(rows: dict) -> str:
                    f"{c['nbdebug']:10.2f} {c['nbdebug'] / c['baseline']:6.2f}×  {c['nbdebug'] / c['floor']:5.2f}× floor"
                    f"  (rounds: {' '.join(f'{v:.1f}' for v in r['cpu_rounds']['nbdebug'])} / "
                    f"{' '.join(f'{v:.1f}' for v in r['cpu_rounds']['floor'])})")
+    for m, r in rows.items():
+        c = r["cpu_ms"]
+        if "floor:removal" in c:
+            out.append(f"{m:12s} floor with its deletion timed {c['floor:removal']:8.2f} ms: nbdebug ÷ it "
+                       f"{c['nbdebug'] / c['floor:removal']:5.2f}×  (rounds: "
+                       f"{' '.join(f'{v:.1f}' for v in r['cpu_rounds']['floor:removal'])})")
     if any("loadavg" in r for r in rows.values()):
         load = next(r["loadavg"] for r in rows.values() if "loadavg" in r)
         out.append(f"load average (1 min) at the start / end of the rounds: {load[0]:.1f} / {load[1]:.1f}")

@@ -230,6 +230,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--quick", action="store_true", help="2 rounds, 4 steps, 2 warmup")
     ap.add_argument("--no-msprobe", action="store_true")
     ap.add_argument("--out", default=str(DEFAULT_OUT))
+    ap.add_argument("--floor-removal", action="store_true",
+                    help="with --graph: also the floor with the deletion of its files timed (nbdebug deletes them)")
     ap.add_argument("--child", nargs=4, metavar=("MODEL", "LEVEL", "WARMUP", "STEPS"), help=argparse.SUPPRESS)
     ap.add_argument("--graph", action="store_true",
                     help="GRAPH-mode rows instead (TrainOneStepCell, fresh process per measurement): "
@@ -243,10 +245,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         args.rounds, args.steps, args.warmup = 2, 4, 2
     if args.graph:
         sys.path.insert(0, str(HERE))
-        from mindspore_graph_rows import MODELS, format_rows, graph_rows
+        from mindspore_graph_rows import CONFIGS, MODELS, format_rows, graph_rows
 
         models = tuple(m for m in args.models if m in MODELS) if args.models != ["lenet", "mlp"] else MODELS
-        rows = graph_rows(models, rounds=min(args.rounds, 3), warmup=args.warmup, steps=args.steps)
+        configs = CONFIGS + (("floor:removal",) if args.floor_removal else ())
+        rows = graph_rows(models, rounds=min(args.rounds, 3), warmup=args.warmup, steps=args.steps, configs=configs)
         print(format_rows(rows))
         return {"graph": rows}
     import mindspore as ms
