@@ -295,7 +295,7 @@ class DumpWriter:
             return
         args, kwargs, out = call if call is not None else call_from_slots(tensors)
         if kind == "mod_f":
-            self._arity[name] = self.io.module_grad_arity(args)
+            self._arity[name] = self.io.module_grad_arity(args, out)
         if kind == "api_f":
             self._arity[name] = self.io.grad_arity(out)
             args, kwargs = self.io.as_called(name, args, kwargs or {})

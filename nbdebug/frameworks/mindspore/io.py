@@ -199,10 +199,10 @@ class MindSporeIO:
         return None
 
     @staticmethod
-    def module_grad_arity(args: tuple) -> tuple[int, int] | None:
+    def module_grad_arity(args: tuple, out: Any = None) -> tuple[int, int] | None:
         """(0, gradients a Cell's backward produces) as msProbe writes them: one per positional argument
         when any is a differentiable tensor (its hook wraps all of them; a data input's is ``None``, so
-        ``Cell.fc1.Dense.backward.0`` ``output`` is ``[None]`` when ``fc1`` reads the batch)."""
+        ``Cell.fc1.Dense.backward.0`` ``output`` is ``[None]`` when ``fc1`` reads the batch); ``out``: unused."""
         if any(_is_tensor(a) and a.dtype in _DIFFERENTIABLE for a in args):
             return 0, len(args)
         return None

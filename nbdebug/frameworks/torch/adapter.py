@@ -34,16 +34,18 @@ from ..core.capture import LEVELS, Capture
 from ..core.records import slot_name
 from . import api_names as _names
 from .ddp import ReducedGrads
-from .grad_share import consumers, edge_of, next_sequence_nr, share_hooks
+from .module_grads import ModuleGrads
 from .monitor import TorchMonitor
 from .op_calls import _MUTATED_ARGS, _PASS, _api_prefix, _operator_at, _reflected_at, mutated_args
 from .ops import TorchOps, TorchRef
+from .recompute import STOPPED, recomputing, run_backward
 
 __all__ = ["LEVELS", "TorchAdapter", "mutated_args"]
 
 _NO_TORCH_FUNCTION = torch._C.DisableTorchFunction
 _OUTPUTS = tuple(slot_name("output", i) for i in range(16))  # the same string objects as ``outputs`` names
 _autograd_node = torch._C._current_autograd_node  # not None while backward runs a node
+_TENSOR_BACKWARD = torch.Tensor.backward
 class _OpMode(TorchFunctionMode):
     """Sees every torch-level call while pushed on the training thread."""
 
@@ -61,7 +63,11 @@ class _OpMode(TorchFunctionMode):
             info = a._api_cache[func]
         except (KeyError, TypeError):
             info = a.api_info(func)
-        if info is None or _autograd_node() is not None:
+        if info is None:
+            if func is _TENSOR_BACKWARD:  # with the mode on: a checkpoint's recomputed forward ops
+                return run_backward(self, a, args, kwargs)
+            return func(*args, **kwargs)
+        if (a.in_backward or _autograd_node() is not None) and not recomputing():
             return func(*args, **kwargs)
         caller = sys._getframe(1)
         if a._scope and caller is not a._ok_frame:  # inside a module call, or left one by an interrupt?
@@ -121,7 +127,7 @@ def _close_at_exit() -> None:
             pass
 
 
-class TorchAdapter(Capture):
+class TorchAdapter(ModuleGrads, Capture):
     """Attaches to one ``torch.nn.Module`` and feeds a :class:`Session` through the capture core."""
 
     framework = "pytorch"
@@ -135,6 +141,7 @@ class TorchAdapter(Capture):
         self.model_ref = weakref.ref(model, lambda _ref: self.close())
         self.model_class = type(model).__name__
         self.site: tuple | None = None  # call site of the op being recorded (set by the op mode)
+        self.in_backward = False  # inside ``Tensor.backward`` (see .recompute)
         self._root_frame = None  # frame of the outermost module call in progress
         self._ok_frame = None  # last op caller frame known to be inside it
         self._disarmed: dict[int, _OpMode] = {}  # thread -> mode left on its stack by an interrupt
@@ -155,6 +162,9 @@ class TorchAdapter(Capture):
         self._held: list[Any] = []  # module backward nodes whose completion waits (see emit_node)
         #: module call -> (first autograd sequence number of the call, [(positional input, its gradient edge)])
         self._call_inputs: dict[str, tuple[int, list[tuple[torch.Tensor, tuple]]]] = {}
+        self._outside: list[tuple[Any, tuple]] = []  # read once the outermost call returns (see .module_grads)
+        self._outs_of: dict[int, list[Any]] = {}
+        self._returns = 0
 
     def emit_node(self, node: Any, call: tuple | None = None) -> None:
         """As the core's; a module's input gradients (its share, complete when its last consumer inside
@@ -344,7 +354,11 @@ class TorchAdapter(Capture):
                         self._overwrite(t, name, section)
         finally:
             self.busy = False
-        out = func(*args, **kwargs)
+        try:
+            out = func(*args, **kwargs)
+        except STOPPED:  # a checkpoint's early stop inside its recomputation: the call's inputs, no output
+            self.emit_node(node)
+            raise
         self.busy = True
         try:
             with _NO_TORCH_FUNCTION():
@@ -436,20 +450,15 @@ class TorchAdapter(Capture):
 
         return pre
 
-    def _note_inputs(self, name: str, args: tuple) -> None:
-        """Remember the gradient edges of the call's positional inputs that need a gradient, and where the
-        call's autograd nodes start: the module's share of their gradients is read from the nodes it
-        creates (:mod:`.grad_share`), so that the graph autograd runs is the undebugged one."""
-        inputs = [(t, edge_of(t)) for t in args if isinstance(t, torch.Tensor) and t.requires_grad]
-        if inputs:
-            self._call_inputs[name] = (next_sequence_nr(), inputs)
-
     def _post_hook(self, want: bool) -> Callable:
         def post(mod, args, kwargs, output):
             if self._scope and not self.busy:
                 self.leave()
                 if not self._scope:  # the outermost call returned
                     self._root_frame = self._ok_frame = None
+                    if self._outside:
+                        with torch._C.DisableTorchFunction():
+                            self._resolve_outside(output)
             if not want or not self.capturing or self.busy:
                 return None
             path, cls, leaf, inplace = self._module_info[id(mod)]
@@ -470,53 +479,6 @@ class TorchAdapter(Capture):
             return None
 
         return post
-
-    def _module_bwd_hooks(self, path, cls, n, fwd, output, inplace) -> None:
-        if inplace:  # msProbe's full backward hook never reports a module that overwrites its input
-            return
-        name = f"{module_base('Module', path, cls)}.backward.{n}"
-        scope = fwd.scope
-        # numbered as a full backward hook numbers them (msProbe): the output's tensors that need a
-        # gradient, flattened (a dict / ModelOutput included), and the positional inputs that do
-        mark, inputs = self._call_inputs.pop(fwd.name, (0, ()))
-        outs = [t for _slot, t in self.outputs(output, "input") if t.requires_grad and t.grad_fn is not None]
-        # an input returned unchanged (Identity, Dropout(p=0)): its gradient is that of the output, the
-        # same tensor — which holds every consumer's share if the caller also uses the input elsewhere
-        position = {id(t): j for j, (t, _) in enumerate(inputs)}
-        passed = set()
-        roots = []
-        for k, t in enumerate(outs):
-            grad_in = self._module_grad(name, scope, fwd.name, slot_name("input", k), True)
-            self.hooks.add_step(t.register_hook(grad_in))
-            j = position.get(id(t))
-            if j is None:
-                roots.append(t.grad_fn)
-            elif id(t) not in passed:
-                passed.add(id(t))
-                self.hooks.add_step(
-                    t.register_hook(self._module_grad(name, scope, fwd.name, slot_name("output", j), False)))
-        edges: dict[tuple, int] = {}
-        for j, (t, edge) in enumerate(inputs):
-            if id(t) not in passed:
-                edges.setdefault(edge, j)  # the same tensor twice (``attn(x, x, x)``): its share under the first
-        if edges and roots:
-            def emit(j: int, grad: torch.Tensor) -> None:
-                if self.capturing:
-                    self._held.append(self.gradient(name, scope, fwd.name, "module", slot_name("output", j), grad,
-                                                    False))
-
-            self.hooks.extend_step(share_hooks(consumers(roots, mark, edges), emit))
-
-    def _module_grad(self, name, scope, pair, slot, is_input) -> Callable:
-        def hook(grad):
-            if not self.capturing or grad is None:
-                return None
-            with torch._C.DisableTorchFunction():
-                node = self.gradient(name, scope, pair, "module", slot, grad, is_input)
-            self.emit_node(node)
-            return None
-
-        return hook
 
     # -- parameter gradients ----------------------------------------------------------------------
     def _grad_hook(self, qual: str, owners: list[tuple[str, str, str]]) -> Callable:

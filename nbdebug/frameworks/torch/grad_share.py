@@ -14,8 +14,14 @@ its start) are walked from the outputs; every edge from one of them into an inpu
 consumer inside the module, and a hook on that node reads the gradient it sends along the edge. The
 share is the sum of those gradients (one consumer: the very tensor autograd passes on).
 
-An input the module returns unchanged (``nn.Identity``, ``Dropout(p=0)``) has no share of its own: its
-consumers are the caller's, indistinguishable from the other consumers of the same tensor.
+A module backward's ``input.k`` is the gradient of its ``k``-th output *from outside the call* (a full
+backward hook's ``grad_output``). Usually that is the output tensor's gradient. It is not when the call
+itself consumed the tensor as well: T5's first attention makes ``position_bias``, adds it to its scores and
+returns it (the tensor's gradient holds that use too), and the next block takes ``position_bias`` in,
+uses it and returns it again (nothing outside that block uses its output: msProbe writes ``None``). Such
+an output (:func:`plan_call`: consumed inside the call, or made before it) is read, once the outermost
+module call has returned, from the consumers created after the call (:func:`later_consumers`); an input
+returned unchanged gets, as its ``output.j``, its share inside the call plus that gradient from outside.
 
 >>> import torch
 >>> x = torch.ones(3, requires_grad=True) * 1.0
@@ -30,12 +36,13 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch.autograd.graph import get_gradient_edge
 
-__all__ = ["consumers", "edge_of", "next_sequence_nr", "share_hooks"]
+__all__ = ["Pending", "consumers", "edge_of", "later_consumers", "next_sequence_nr", "plan_call", "share_hooks"]
 
 _LEAF_SEQ = 2 ** 64 - 1  # AccumulateGrad's sequence number: never created inside a call
 
@@ -103,3 +110,104 @@ def share_hooks(found: dict[Any, list[tuple[int, int]]], emit: Callable[[int, to
         return hook
 
     return [node.register_hook(make(pairs)) for node, pairs in found.items()]
+
+
+@dataclass
+class Pending:
+    """An output of a module call whose gradient from outside the call is read from the consumers made after
+    the call (``end``: the first sequence number after it): ``keys`` are the backward slots it feeds —
+    ``("input", k)`` for each output place ``k``, ``("output", j)`` when it is the call's input ``j``
+    returned unchanged; ``inner``: that input's consumers inside the call (its share there)."""
+
+    end: int
+    edge: tuple[Any, int]
+    tensor: torch.Tensor
+    keys: list[tuple[str, int]]
+    inner: dict[Any, list[tuple[int, Any]]] = field(default_factory=dict)
+
+
+def plan_call(outs: list[torch.Tensor], inputs: list[tuple[torch.Tensor, tuple[Any, int]]], mark: int
+              ) -> tuple[list[tuple[int, torch.Tensor]], dict[Any, list[tuple[int, Any]]], list[Pending]]:
+    """Right after a module call (its autograd nodes from ``mark`` on): the outputs whose tensor gradient is
+    the one from outside (``(k, tensor)``), the consumers of inputs inside the call (:func:`consumers`: the
+    input's share, ``output.j``) and the outputs read later (:class:`Pending`).
+
+    >>> x = torch.ones(2, requires_grad=True) * 1.0
+    >>> mark = next_sequence_nr()
+    >>> y = x.exp()
+    >>> z = y * y  # the call consumes its output y itself, and returns x unchanged
+    >>> direct, inner, pending = plan_call([z, y, x], [(x, edge_of(x))], mark)
+    >>> [k for k, _t in direct], [p.keys for p in pending]
+    ([0], [[('input', 1)], [('input', 2), ('output', 0)]])
+    """
+    edges: dict[tuple[Any, int], Any] = {}
+    for j, (_t, edge) in enumerate(inputs):
+        edges.setdefault(edge, j)  # the same tensor twice (``attn(x, x, x)``): its share under the first
+    places: dict[tuple[Any, int], list[int]] = {}
+    for k, t in enumerate(outs):
+        places.setdefault(edge_of(t), []).append(k)
+    probe = dict(edges)
+    for e in places:
+        probe.setdefault(e, ("out", e))
+    found = consumers([t.grad_fn for t in outs], mark, probe)
+    used_inside = {key[1] for pairs in found.values() for _i, key in pairs if type(key) is tuple}
+    end = next_sequence_nr()
+    direct: list[tuple[int, torch.Tensor]] = []
+    pending: list[Pending] = []
+    for e, ks in places.items():
+        t = outs[ks[0]]
+        j = edges.get(e)
+        if j is None and e not in used_inside and e[0]._sequence_nr() >= mark:
+            direct.extend((k, t) for k in ks)  # made in the call, consumed only after it
+            continue
+        keys = [("input", k) for k in ks]
+        inner: dict[Any, list[tuple[int, Any]]] = {}
+        if j is not None:  # an input returned unchanged: its share inside, then the gradient from outside
+            keys.append(("output", j))
+            for node, pairs in found.items():
+                mine = [(i, ("output", j)) for i, jj in pairs if jj == j]
+                if mine:
+                    inner[node] = mine
+        pending.append(Pending(end, e, t, keys, inner))
+    passed = {p.edge for p in pending}
+    inside = {node: kept for node, pairs in found.items()
+              if (kept := [(i, j) for i, j in pairs if type(j) is int and inputs[j][1] not in passed])}
+    return direct, inside, pending
+
+
+def later_consumers(roots: Iterable[Any], pending: list[Pending]) -> list[dict[Any, list[tuple[int, Any]]]]:
+    """For each :class:`Pending` output: the nodes reachable from ``roots`` (the outermost call's outputs),
+    made after its call, with an edge into its gradient edge — ``node -> [(gradient output i, key)]`` for
+    each of its keys, plus its ``inner`` consumers. One walk for them all.
+
+    >>> x = torch.ones(2, requires_grad=True) * 1.0
+    >>> mark = next_sequence_nr()
+    >>> y = x.exp(); z = y * 2.0  # the call uses y and returns (z, y)
+    >>> _direct, _inner, pending = plan_call([z, y], [], mark)
+    >>> w = y + 1.0  # the caller uses it
+    >>> [sorted(type(n).__name__ for n in f) for f in later_consumers([w.grad_fn, z.grad_fn], pending)]
+    [['AddBackward0']]
+    """
+    if not pending:
+        return []
+    wanted: dict[tuple[Any, int], list[int]] = {}
+    for n, p in enumerate(pending):
+        wanted.setdefault(p.edge, []).append(n)
+    low = min(p.end for p in pending)
+    out: list[dict[Any, list[tuple[int, Any]]]] = [{node: list(pairs) for node, pairs in p.inner.items()}
+                                                    for p in pending]
+    stack = [r for r in roots if r is not None and low <= r._sequence_nr() < _LEAF_SEQ]
+    seen = set(stack)
+    while stack:
+        node = stack.pop()
+        seq = node._sequence_nr()
+        for i, (nxt, nr) in enumerate(node.next_functions):
+            if nxt is None:
+                continue
+            for n in wanted.get((nxt, nr), ()):
+                if seq >= pending[n].end:
+                    out[n].setdefault(node, []).extend((i, key) for key in pending[n].keys)
+            if nxt not in seen and low <= nxt._sequence_nr() < _LEAF_SEQ:
+                seen.add(nxt)
+                stack.append(nxt)
+    return out

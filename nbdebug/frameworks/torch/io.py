@@ -362,8 +362,12 @@ class TorchIO:
         return None
 
     @staticmethod
-    def module_grad_arity(args: tuple) -> None:
-        return None  # a module's backward hook gives its gradients as they are
+    def module_grad_arity(args: tuple, out: Any = None) -> tuple[int, int] | None:
+        """(gradients coming into a module's backward, 0): one per output tensor that needs a gradient, as a
+        full backward hook numbers them (msProbe writes ``None`` for one that gets none: T5's
+        ``position_bias`` returned by its last block); the gradients it produces are given as they are."""
+        n = sum(1 for t in _flat_tensors(out) if t.requires_grad and t.grad_fn is not None)
+        return (n, 0) if n else None
 
     @staticmethod
     def register_grad_hook(t: torch.Tensor, fn: Callable[[Any], None]) -> Any:
