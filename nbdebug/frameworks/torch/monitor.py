@@ -162,7 +162,7 @@ class TorchMonitor(KeyColumns):
     def _module_hook(self, name: str) -> Callable:
         c_norm, c_max, c_grad = (self.col((name, f)) for f in ("output_norm", "output_max_abs", "grad_input_norm"))
         rows, seen, adapter = self._rows, self._seen, self.adapter
-        guard = adapter.level == "L1"  # only L1 has an op mode that must not record the probe's ops
+        guard = adapter.level.ops and not adapter.level.modules  # ops alone (L1): must not record the probe's ops
 
         def grad_hook(grad: torch.Tensor, gen: int) -> None:
             if gen == self._gen and not self.closed and grad is not None:
