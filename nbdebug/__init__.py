@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from . import dump, job, lab, replay, ui  # noqa: F401 - each registers its optional features (nbdebug.features)
 from .debugger import Debugger
 from .session.store import NotRetainedError
 

@@ -1,11 +1,13 @@
-"""Optional features the debugger core reaches without importing them: one table, resolved on first use.
+"""Optional features the debugger core reaches without importing them: one table, filled from above.
 
 The core (``debugger.py``, ``session/``, ``watch/``, ``control/``, ``frameworks/``) imports nothing from
 ``ui/``, ``lab/``, ``dump/``, ``compare/`` or ``remote/``, at module level or inside functions
-(``tests/test_layering.py`` checks it). Where a core object offers an optional feature — ``dbg.panel()``,
-``Debugger(dump_dir=...)``, the JupyterLab status item — it calls ``feature(name)``, which imports the
-module that implements it the first time. The layers above import the core freely; the core depends on
-them only through the names listed in :data:`FEATURES`, so the table is the whole upward surface.
+(``tests/test_layering.py`` checks it), and names none of them. Each layer above registers what it offers
+(:func:`register`, in its package ``__init__``: ``register("panel", "nbdebug.ui.panel", "Panel")``), and the
+package root imports those packages, so the table is complete once ``nbdebug`` is imported. Where a core
+object offers an optional feature — ``dbg.panel()``, ``Debugger(dump_dir=...)``, the JupyterLab status
+item — it calls ``feature(name)``, which imports the registered module the first time. :data:`FEATURES` is
+the whole upward surface.
 
 >>> feature("attach_dump").__name__
 'attach_dump'
@@ -20,19 +22,25 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-#: feature name -> (module, attribute); the module is imported on the first :func:`feature` call
-FEATURES: dict[str, tuple[str, str]] = {
-    "announce": ("nbdebug.lab", "announce"),  # JupyterLab status item and commands for a new Debugger
-    "attach_dump": ("nbdebug.dump", "attach_dump"),  # Debugger(dump_dir=..., config=...)
-    "compare_panel": ("nbdebug.ui.compare_panel", "ComparePanel"),  # CompareResult shown in a notebook
-    "export_html": ("nbdebug.ui.export", "export_html"),  # dbg.export_html(path)
-    "job": ("nbdebug.job", "Job"),  # nbdebug.load(multi-rank dump).job
-    "panel": ("nbdebug.ui.panel", "Panel"),  # dbg.panel(), a Debugger shown in a cell
-    "replay": ("nbdebug.replay.keeper", "Keeper"),  # dbg.step_fn: pre-step states of the last steps
-    "replay_refused": ("nbdebug.replay.result", "ReplayRefused"),  # dbg.replay without a step function
-    "replay_run": ("nbdebug.replay.replayer", "replay"),  # dbg.replay(step, level)
-    "save_repro": ("nbdebug.replay.repro", "save_repro"),  # dbg.save_repro(path, step, node)
-}
+#: feature name -> (module, attribute), as registered by the layer that offers it; the module is imported on
+#: the first :func:`feature` call
+FEATURES: dict[str, tuple[str, str]] = {}
+
+
+def register(name: str, module: str, attr: str) -> None:
+    """Offer ``module.attr`` (imported when first asked for) as optional feature ``name``; a layer registers
+    its own features when its package is imported. A name is registered once.
+
+    >>> register("attach_dump", "nbdebug.dump", "attach_dump")  # what nbdebug/dump/__init__.py does: no change
+    >>> register("attach_dump", "nbdebug.ui", "Panel")
+    Traceback (most recent call last):
+    ...
+    ValueError: optional feature 'attach_dump' is nbdebug.dump.attach_dump already
+    """
+    known = FEATURES.get(name)
+    if known is not None and known != (module, attr):
+        raise ValueError(f"optional feature {name!r} is {known[0]}.{known[1]} already")
+    FEATURES[name] = (module, attr)
 
 
 def feature(name: str) -> Any:

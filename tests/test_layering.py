@@ -22,7 +22,7 @@ ALLOWED = {
     "frameworks": {"session", "watch", "_fastats"},
     "watch": {"session"},
     "control": {"session", "watch"},
-    "features": set(),  # names modules as strings, imports them with importlib on first use
+    "features": set(),  # imports what the layers above registered (features.register), on first use
     "debugger": {"frameworks", "session", "watch", "control", "features"},
     "offline": {"frameworks", "session", "watch", "control", "features"},
     "dump": {"frameworks", "session", "watch", "control", "features", "offline", "debugger"},
@@ -155,6 +155,20 @@ def test_features_name_existing_objects():
     for name, (module, _attr) in FEATURES.items():
         assert _part(module) in UPPER, f"{name}: a feature is something above the core"
         assert callable(feature(name))
+
+
+def test_upper_layers_register_their_features_and_the_core_names_none():
+    from nbdebug.features import FEATURES
+
+    with open(os.path.join(ROOT, "features.py"), encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    docstrings = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr)}
+    named = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+             and id(n) not in docstrings and n.value.startswith("nbdebug.")]
+    assert named == [], "features.py names modules above the core: let their layers register them"
+    for name, (module, _attr) in FEATURES.items():  # each in the package __init__ of its own layer
+        with open(os.path.join(ROOT, _part(module), "__init__.py"), encoding="utf-8") as f:
+            assert f'register("{name}"' in f.read(), f"{name} is not registered by {_part(module)}"
 
 
 def test_finding_a_backend_imports_no_framework_it_does_not_need():

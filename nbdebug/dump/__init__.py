@@ -22,11 +22,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..features import register
 from .config import ConfigError, DumpConfig
 from .journal import recover
 from .writer import DumpWriter
 
 __all__ = ["ConfigError", "DumpConfig", "DumpWriter", "attach_dump", "io_for", "recover"]
+
+register("attach_dump", __name__, "attach_dump")  # Debugger(dump_dir=..., config=...)
 
 
 def io_for(debugger: Any) -> Any:

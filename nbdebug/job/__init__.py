@@ -4,7 +4,10 @@ hits and step summaries, rank-vs-rank compare, control of every rank at a step b
 
 from __future__ import annotations
 
+from ..features import register
 from .job import Job, NonFinite
 from .summary import StepSummary, summarize_table
+
+register("job", __name__, "Job")  # nbdebug.load(multi-rank dump).job
 
 __all__ = ["Job", "NonFinite", "StepSummary", "summarize_table"]

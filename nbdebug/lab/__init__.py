@@ -19,8 +19,11 @@ Traceback (most recent call last):
 RuntimeError: no live nbdebug Debugger in this kernel
 """
 
+from ..features import register
 from .channel import TARGET, announce, load_ipython_extension, unload_ipython_extension
 from .commands import COMMANDS, command, status
+
+register("announce", __name__, "announce")  # JupyterLab status item and commands for a new Debugger
 
 __all__ = ["COMMANDS", "TARGET", "announce", "command", "load_ipython_extension", "status",
            "unload_ipython_extension"]

@@ -17,7 +17,13 @@ True
 
 from __future__ import annotations
 
+from ..features import register
 from .keeper import Keeper
 from .result import Mismatch, ReplayedStep, ReplayMismatch, ReplayMismatchError, ReplayRefused
+
+register("replay", f"{__name__}.keeper", "Keeper")  # dbg.step_fn: pre-step states of the last steps
+register("replay_refused", f"{__name__}.result", "ReplayRefused")  # dbg.replay without a step function
+register("replay_run", f"{__name__}.replayer", "replay")  # dbg.replay(step, level)
+register("save_repro", f"{__name__}.repro", "save_repro")  # dbg.save_repro(path, step, node)
 
 __all__ = ["Keeper", "Mismatch", "ReplayMismatch", "ReplayMismatchError", "ReplayRefused", "ReplayedStep"]

@@ -103,7 +103,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..features import register
+
 __all__ = ["Panel"]
+
+register("panel", f"{__name__}.panel", "Panel")  # dbg.panel(), a Debugger shown in a cell
+register("compare_panel", f"{__name__}.compare_panel", "ComparePanel")  # CompareResult shown in a notebook
+register("export_html", f"{__name__}.export", "export_html")  # dbg.export_html(path)
 
 
 def __getattr__(name: str) -> Any:
