@@ -2,12 +2,14 @@
 ``msprobe compare`` of the two dumps (issue 26).
 
 Each zoo model (``bench/zoo.py``'s small configurations, random weights, seed 0, the same batches; plus
-Llama without autocast and ResNet-18 with gradient checkpointing) trains 2 AdamW steps twice, each in a fresh
+Llama without autocast, ResNet-18 with gradient checkpointing, and both checkpointed models with the
+checkpoint's early stop off: ``…_ckpt_full``) trains 2 AdamW steps twice, each in a fresh
 subprocess: once under msProbe's ``PrecisionDebugger`` (task ``statistics``), once under
 ``nbdebug.Debugger(model, dump_dir=..., task="statistics", config=<the same config.json>)``. Then, on the last
 step: the entry sets (``dump.json``'s ``data`` keys) — ours / msProbe's, only ours / only msProbe's with
-examples — and ``msprobe compare -tp ours -gp theirs``: rows, unmatched rows (no bench entry), rows that do
-not pass (msProbe's ``Result`` column is not ``pass``), and ``nbdebug.compare`` of the same pair.
+examples — and ``msprobe compare -tp ours -gp theirs``: rows, unmatched rows (no bench entry; in brackets
+those that no decided difference explains, :data:`REASONS`), rows that do not pass (msProbe's ``Result``
+column is not ``pass``), and ``nbdebug.compare`` of the same pair.
 
 Usage::
 
@@ -32,7 +34,8 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-MODELS = ("gpt2", "bert", "t5", "llama", "llama_amp", "resnet", "mobilenet", "vit", "gpt2_ckpt", "resnet_ckpt")
+MODELS = ("gpt2", "bert", "t5", "llama", "llama_amp", "resnet", "mobilenet", "vit", "gpt2_ckpt", "resnet_ckpt",
+          "gpt2_ckpt_full", "resnet_ckpt_full")
 LEVELS = ("L0", "L1", "mix")
 STEPS = 2
 MSPROBE = os.path.join(os.path.dirname(sys.executable), "msprobe")
@@ -47,12 +50,18 @@ def config(level: str, dump_path: str) -> dict[str, Any]:
 
 def workload(name: str):
     """A zoo workload; ``llama`` is ``llama_amp`` without autocast and GradScaler, ``resnet_ckpt`` the ResNet-18
-    layout whose four stages run under ``torch.utils.checkpoint`` (non-reentrant)."""
+    layout whose four stages run under ``torch.utils.checkpoint`` (non-reentrant); ``…_ckpt_full``: the same
+    with the checkpoint's early stop off (see :func:`worker`)."""
     import torch
     import torch.utils.checkpoint as cp
 
     sys.path.insert(0, str(HERE))
     from zoo import make_zoo_workload
+
+    if name.endswith("_full"):
+        wl = workload(name[: -len("_full")])
+        wl.name = name
+        return wl
 
     if name == "llama":
         wl = make_zoo_workload("llama_amp")
@@ -84,15 +93,23 @@ def worker(tool: str, model: str, level: str, out: str) -> None:
     cfg = os.path.join(out, "config.json")
     with open(cfg, "w") as f:
         json.dump(config(level, os.path.join(out, "dump")), f)
+    import torch.utils.checkpoint as cp
+
     wl = workload(model)
     opt = wl.reset()
+    step = wl.step
+    if model.endswith("_full"):  # the early stop is read when the forward runs
+
+        def step(o):
+            with cp.set_checkpoint_early_stop(False):
+                return wl.step(o)
     if tool == "msprobe":
         from msprobe.pytorch import PrecisionDebugger
 
         dbg = PrecisionDebugger(config_path=cfg)
         for _ in range(STEPS):
             dbg.start(wl.model)
-            wl.step(opt)
+            step(opt)
             dbg.stop()
             dbg.step()
         return
@@ -102,7 +119,7 @@ def worker(tool: str, model: str, level: str, out: str) -> None:
     d = nbdebug.Debugger(wl.model, level, dump_dir=os.path.join(out, "dump"), task="statistics", config=cfg)
     try:
         for _ in range(STEPS):
-            wl.step(opt)
+            step(opt)
     finally:
         d.close()
 
@@ -202,12 +219,18 @@ def measure(model: str, level: str, root: str, reuse: bool = False) -> dict[str,
     only_theirs = [e for e in e_theirs if e not in set(e_ours)]
     rows = msprobe_compare(step_dir(ours, last), step_dir(theirs, last), os.path.join(root, f"{model}_{level}_cmp"))
     d_ours, d_theirs = _load(ours, last), _load(theirs, last)
+    sys.path.insert(0, str(REPO))
+    import nbdebug
+
+    res = nbdebug.compare(ours, theirs, step=last, golden_step=last, mode="statistics")
+    ours_cmp = {"unmatched_ours": len(res.unmatched_target), "unmatched_theirs": len(res.unmatched_golden),
+                "counts": res.counts()}
     why = {e: explain(e, d_ours, d_theirs) for e in only_ours}
     lone = [r["NPU Name"] for r in unmatched(rows)]
     return {"model": model, "level": level, "ours": len(e_ours), "theirs": len(e_theirs),
             "only_ours": only_ours, "only_theirs": only_theirs, "rows": len(rows), "unmatched": lone,
             "unexplained": [n for n in lone if not why.get(_entry_of(n, why))],
-            "reasons": sorted({w for w in why.values() if w}),
+            "reasons": sorted({w for w in why.values() if w}), "nbdebug_compare": ours_cmp,
             "not_pass": [(r["NPU Name"], r.get("Err_message", "")) for r in not_pass(rows)],
             "dumps": (ours, theirs)}
 
@@ -250,6 +273,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
                       f"unmatched {len(r['unmatched']):4d} ({len(r['unexplained'])}) not pass {len(r['not_pass']):3d}",
                       flush=True)
                 if args.verbose:
+                    print(f"    nbdebug.compare: {r['nbdebug_compare']}")
                     for key in ("only_ours", "only_theirs", "unexplained", "not_pass"):
                         for e in r[key][:40]:
                             print(f"    {key}: {e}")
