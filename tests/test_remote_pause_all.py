@@ -28,11 +28,18 @@ class Proc:
 
     def __init__(self, key, index, heard=None, paused=False, race=False):
         self.key, self.index, self.paused, self.race = key, index, paused, race
-        self.state = "paused" if paused else "running"
-        self.current_node = None
+        self.current_node, self.pause_reason, self.connected = None, "", True
         self.session = types.SimpleNamespace(step_index=index if heard is None else heard)
         self.pause_after = None
         self.asked: list[tuple[str, object]] = []
+
+    @property
+    def state(self):
+        return "paused" if self.paused else "running"
+
+    @property
+    def step_index(self):  # as its state message tells the listener
+        return self.index
 
     def serve(self, op, args):
         self.asked.append((op, args.get("step")))
@@ -40,6 +47,9 @@ class Proc:
             self.paused = False
             return None
         step = args["step"]
+        if step is None:  # forget the boundary (cont_all)
+            self.pause_after = None
+            return {"step_index": self.index, "state": self.state, "at_boundary": self.paused}
         if self.race:  # answers "running in the next step" while still ending this one, then pauses there
             self.race = False
             self.pause_after = step
@@ -84,6 +94,8 @@ def test_a_process_past_the_boundary_moves_it_for_all(monkeypatch):
     try:
         assert listener.pause_all() == 6
         assert [p.stops_at() for p in procs] == [6] * 4
+        assert procs[2].asked == [("pause_at_step", 5)]  # bound for 6 already: not asked again
+        assert all(p.asked == [("pause_at_step", 5), ("pause_at_step", 6)] for p in (procs[0], procs[1], procs[3]))
     finally:
         listener.close()
 
@@ -113,15 +125,40 @@ def test_a_process_paused_at_a_later_boundary_by_itself_sets_it(monkeypatch):
         listener.close()
 
 
-def test_an_answer_that_raced_the_boundary_is_corrected_by_asking_again(monkeypatch):
+def test_an_answer_that_raced_the_boundary_is_corrected_from_its_state_message(monkeypatch):
     # rank 0 answers "running in step 6" while it is still ending step 5, then pauses at the end of 5 after
-    # all: the boundary moves to 6 and the second round finds rank 0 paused short, so it is resumed
+    # all: the boundary moves to 6; rank 0's state message (paused after step 5) has it asked again and resumed
     procs = [Proc(0, 5, race=True), Proc(1, 5), Proc(2, 5)]
     listener = _listener_over(monkeypatch, procs)
     try:
         assert listener.pause_all() == 6
-        assert procs[0].asked[-1] == ("cont", None)
+        assert procs[0].stops_at() == 5  # short of the others: they would wait for it in the allreduce
+        procs[0].pause_reason = "step 5 done (asked to pause after step 5)"
+        listener._paused_short(procs[0])
+        end = time.monotonic() + 10
+        while procs[0].asked[-1] != ("cont", None):
+            assert time.monotonic() < end, procs[0].asked
+            time.sleep(0.01)
+        assert procs[0].asked[-2:] == [("pause_at_step", 6), ("cont", None)]
         assert [p.stops_at() for p in procs] == [6] * 3
+    finally:
+        listener.close()
+
+
+def test_a_hit_or_a_continue_is_not_resumed_as_short(monkeypatch):
+    procs = [Proc(0, 5, paused=True), Proc(1, 6)]
+    listener = _listener_over(monkeypatch, procs)
+    try:
+        assert listener.pause_all() == 6
+        procs[0].paused, procs[0].index = True, 6  # paused after step 5 again, on a hit: line_up's business
+        procs[0].pause_reason = "1 watchpoint hit in step 5"
+        asked = len(procs[0].asked)
+        listener._paused_short(procs[0])
+        listener.cont_all()  # a continue forgets the boundary: nothing is resumed towards it afterwards
+        procs[0].paused, procs[0].pause_reason = True, "paused"
+        listener._paused_short(procs[0])
+        time.sleep(0.2)
+        assert ("pause_at_step", 6) not in procs[0].asked[asked:]
     finally:
         listener.close()
 

@@ -85,6 +85,10 @@ class Listener:
         #: the processes' graph nodes, shared between their mirrors when the same (``protocol.apply_graph``)
         self.nodes: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
         self._lining_up = threading.Lock()
+        #: one group pause at a time (pause_all, and resuming a process found paused short of its boundary)
+        self._pausing = threading.RLock()
+        #: the boundary the last pause_all set, until a cont_all / terminate_all (:meth:`_paused_short`)
+        self._pause_target: int | None = None
         #: what went wrong in group control and was not the answer to a call (a line-up that timed out)
         self.notice = ""
         self._by_ident: dict[bytes, RemoteSource] = {}
@@ -184,37 +188,71 @@ class Listener:
         :meth:`line_up`), so none waits alone in a collective for a peer paused one step behind. Returns S.
 
         Each process answers a ``pause_at_step`` request with its step and state (:func:`landing` reads
-        where it will stop); when S moves, every process is asked again — one that answered "running, in step
-        S+1" while it was still ending step S pauses at S after all, and the second answer says so."""
-        live = self.live()
-        if not live:
-            raise RuntimeError("no process is connected")
-        target = max(s.session.step_index - (str(s.state) == "paused" and s.current_node is None) for s in live)
-        lands: dict[int, int | None] = {}  # id(source) -> the boundary it stops at (None: paused short of target)
-        for _ in range(8):
-            replies = self.request_all(live, "pause_at_step", {"step": target})
-            for src, (reply, _f) in zip(live, replies, strict=True):
-                lands[id(src)] = landing(reply, target)
-                if isinstance(reply, dict) and isinstance(reply.get("step_index"), int):
-                    src.session.step_index = max(src.session.step_index, reply["step_index"])
-            furthest = max((b for b in lands.values() if b is not None), default=target)
-            if furthest <= target:
-                break
-            target = furthest  # a process is past it: all stop at the end of its step
-        short = [s for s in live if lands.get(id(s)) is None]
-        if short:  # paused at an earlier boundary: they run up to ``target`` (pause_after is armed)
-            self.request_all(short, "cont", {"steps": None})
-        return target
+        where it will stop); when S moves, the processes not yet bound for the new S are asked again (one
+        round more at most: every process is armed by then). One that answered "running, in step S+1" while
+        it was still ending step S pauses at S after all: its ``state`` message says so and it is resumed up
+        to S then (:meth:`_paused_short`)."""
+        with self._pausing:
+            live = self.live()
+            if not live:
+                raise RuntimeError("no process is connected")
+            target = max(s.session.step_index - (str(s.state) == "paused" and s.current_node is None)
+                         for s in live)
+            lands: dict[int, int | None] = {}  # id(source) -> the boundary it stops at (None: paused short)
+            ask = live
+            for _ in range(8):
+                replies = self.request_all(ask, "pause_at_step", {"step": target})
+                for src, (reply, _f) in zip(ask, replies, strict=True):
+                    lands[id(src)] = landing(reply, target)
+                    if isinstance(reply, dict) and isinstance(reply.get("step_index"), int):
+                        src.session.step_index = max(src.session.step_index, reply["step_index"])
+                furthest = max((b for b in lands.values() if b is not None), default=target)
+                if furthest <= target:
+                    break
+                target = furthest  # a process is past it: all stop at the end of its step
+                ask = [s for s in live if (b := lands.get(id(s))) is None or b < target]
+            self._pause_target = target
+            short = [s for s in live if lands.get(id(s)) is None]
+            if short:  # paused at an earlier boundary: they run up to ``target`` (pause_after is armed)
+                self.request_all(short, "cont", {"steps": None})
+            return target
+
+    def _paused_short(self, src: RemoteSource) -> None:
+        """``src`` says it paused at a step boundary before the one the last :meth:`pause_all` set (it answered
+        while ending a step, see there): ask it again and resume it up to that boundary (on a thread of its
+        own, as the replies arrive on this listener's thread). A pause on a hit is :meth:`line_up`'s."""
+        target = self._pause_target
+        if (target is None or str(src.state) != "paused" or src.current_node is not None
+                or "watchpoint hit" in src.pause_reason or src.step_index - 1 >= target):
+            return
+
+        def run() -> None:
+            with self._pausing:  # after the pause_all in progress, if any; a cont_all meanwhile ends it
+                goal = self._pause_target
+                if goal is None or not src.connected:
+                    return
+                try:
+                    reply, _f = self.request(src, "pause_at_step", {"step": goal})
+                    if landing(reply, goal) is None:  # still paused short, now armed for ``goal``
+                        self.request(src, "cont", {"steps": None})
+                except Exception as e:  # noqa: BLE001 - a process that went away meanwhile
+                    warnings.warn(f"nbdebug: could not bring {src.key} to the end of step {goal}: {e}",
+                                  RuntimeWarning, stacklevel=1)
+
+        threading.Thread(target=run, name="nbdebug-pause-short", daemon=True).start()
 
     def cont_all(self, steps: int | None = None) -> None:
         """Continue every connected process (``steps`` more steps each). A step boundary some process was
         still asked to pause at (a line-up or a ``pause_all`` that crossed a pause of its own) is forgotten
         first, on every process: a continue means until a hit or the end (or ``steps``) for all of them."""
+        with self._pausing:
+            self._pause_target = None
         live = self.live()
         self.request_all(live, "pause_at_step", {"step": None})
         self.request_all([s for s in live if str(s.state) == "paused"], "cont", {"steps": steps})
 
     def terminate_all(self) -> None:
+        self._pause_target = None
         self.request_all(self.live(), "terminate", {})
 
     def line_up(self, timeout: float = 60.0) -> int | None:
@@ -354,6 +392,7 @@ class Listener:
             src.apply(head, frames)
             if kind == "state":
                 self._paused_alone(src)
+                self._paused_short(src)
             if kind == "bye":
                 self._by_ident.pop(ident, None)
                 self.hub.emit("state", "bye")
