@@ -158,3 +158,27 @@ def test_graph_model_train_step_replays_bitwise():
     assert any(n.endswith("ApplyMomentum-op0") for n in r.graph.nodes)  # the update ran in the replayed graph
     assert {p.name: p.asnumpy().tobytes() for p in net.get_parameters()} == live
     dbg.close()
+
+
+def test_live_graph_capture_refuses_the_outputs_cpu_batchnorm_leaves_unwritten():
+    """The value shown is the value used: MindSpore's CPU BatchNorm never writes its outputs 1–4 (their dump
+    files hold leftover memory — a NaN of an earlier kernel could make TO fire there), so the live capture
+    gives them, and the BatchNormGrad inputs that read them, no statistics and no value, with the reason;
+    ``y`` (output 0) keeps its value."""
+    ms.set_seed(20)
+    net = LeNet()
+    dbg = nbdebug.Debugger(net)
+    step = graph_trainer(net)
+    for x, y in batches(2, seed=5):
+        step(x, y)
+    table = dbg.session.table(1)
+    bn = f"{SCOPE}/bn-BatchNorm2d/BatchNorm-op0"
+    refused = {table.keys[i]: why for i, why in table.unsupported.items()}
+    for slot in ("output.1", "output.2", "output.3", "output.4"):
+        if (bn, slot) in table.index:
+            assert "does not write this output" in refused[(bn, slot)], slot
+            with pytest.raises(nbdebug.NotRetainedError, match="does not write this output"):
+                dbg.session.tensor(bn, slot, step=1)
+    assert any(k[0].endswith("BatchNormGrad-op0") and "does not write" in why for k, why in refused.items())
+    assert (bn, "output.0") not in refused and np.isfinite(dbg.session.tensor(bn, "output.0", step=1)).all()
+    dbg.close()

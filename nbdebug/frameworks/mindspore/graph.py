@@ -69,7 +69,7 @@ from .kernel_load import (
                             remove_files,
 )
 from .kernel_pairing import Pairing, match_kernel_files
-from .kernel_recorder import NpyRef, RowBuffer, RunRecorder
+from .kernel_recorder import CPU_UNFILLED_OUTPUTS, NpyRef, RowBuffer, RunRecorder
 
 __all__ = [
     "ENV", "NET_NAME", "SAMPLED_CAPTURES", "arm_kernel_dump", "armed_config", "armed_dump_dir", "check_every",
@@ -78,5 +78,5 @@ __all__ = [
     "Kernel", "KernelGraph", "build_kernel_graph", "file_key", "load_kernel_graph", "section_of", "IRGraph", "IRNode",
     "IRParam", "is_optimizer_state", "parse_ir", "parse_pb", "read_execution_order", "KernelDump", "find_rank_dirs",
     "graph_dirs", "graph_ids", "group_runs", "iteration_dirs", "load_kernel_dump", "remove_files", "NpyRef",
-    "RowBuffer", "RunRecorder", "Pairing",
+    "RowBuffer", "RunRecorder", "Pairing", "CPU_UNFILLED_OUTPUTS",
 ]

@@ -260,7 +260,9 @@ class GraphAdapter:
         #: the kernel graphs whose Cell scopes were recovered for this model (by id; the graph kept alive)
         self._scoped: dict[int, kd.KernelGraph] = {}
         self.runs = 0
-        self.recorder = kd.RunRecorder(session, retain=retain, weights=self.weights, emit=self._emit_node)
+        unfilled = kd.CPU_UNFILLED_OUTPUTS if ms.get_context("device_target") == "CPU" else None
+        self.recorder = kd.RunRecorder(session, retain=retain, weights=self.weights, emit=self._emit_node,
+                                       unfilled=unfilled)
         session.raw_source = self.recorder.raw
         session.kernel_graphs = {}  # type: ignore[attr-defined]
         if not _RUNS.adapters:

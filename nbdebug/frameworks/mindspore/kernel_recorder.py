@@ -32,6 +32,14 @@ from .kernel_graph import Kernel, KernelGraph
 from .kernel_ir import is_optimizer_state
 from .kernel_pairing import match_kernel_files
 
+#: CPU kernels that leave some of their outputs unwritten: the dump of such an output holds whatever its
+#: buffer held before (another kernel's values, a NaN of an earlier step), not a value the step computed.
+#: MindSpore's CPU ``BatchNorm`` writes ``y`` (and updates the moving statistics in place), never its batch
+#: statistics / reserve outputs 1–4; what reads them (``BatchNormGrad``) gets the same refusal through its edge.
+CPU_UNFILLED_OUTPUTS = {"BatchNorm": ("output.1", "output.2", "output.3", "output.4")}
+UNFILLED_REASON = ("MindSpore's CPU {op} kernel does not write this output: its dump file holds whatever the "
+                   "buffer held before, not a value the step computed")
+
 
 class NpyRef:
     """Retention handle for a tensor that lives in a dump file (read on demand)."""
@@ -126,9 +134,14 @@ class RunRecorder:
     """Writes graph runs (one iteration directory of one graph each) into the step in progress."""
 
     def __init__(self, session: Session, *, retain: bool = True, weights: set[str] | None = None,
-                 emit: Callable[[Any], None] | None = None) -> None:
+                 emit: Callable[[Any], None] | None = None,
+                 unfilled: dict[str, tuple[str, ...]] | None = None) -> None:
         self.session = session
         self.retain = retain
+        #: ``{op type: output slots}`` the device's kernels leave unwritten (:data:`CPU_UNFILLED_OUTPUTS` on
+        #: CPU): refused with :data:`UNFILLED_REASON`, never shown as values
+        self.unfilled = unfilled or {}
+        self._unwritten: set[int] = set()  # ids of the entries of such outputs (their readers are refused too)
         #: names of the model's parameters (kind "parameter"); None: guess (not optimizer state)
         self.weights = weights
         self.emit = emit or (lambda node: None)
@@ -150,6 +163,7 @@ class RunRecorder:
     def new_step(self) -> None:
         self.buf = RowBuffer()
         self.files = {}
+        self._unwritten = set()
         self._stats = {}  # their rows were the finished step's
 
     def raw(self) -> np.ndarray:
@@ -342,9 +356,17 @@ class RunRecorder:
         node = s.node(name, kind="op", op_type=k.op_type, scope=k.scope, section=k.section, stack=plan.stack)
         node.graph = kg.file  # type: ignore[attr-defined]  # the panel's graph filter
         doubt = st.uncertain.get(k.name)
+        unfilled = self.unfilled.get(k.op_type, ())
         first = st.first
         put = self._put
         for slot, mode, link, dumped, output, dkey, device in plan.slots:
+            if slot in unfilled and dumped:
+                entry = self._load(kfiles[slot], kfiles.get(dkey, ""), device, UNFILLED_REASON.format(op=k.op_type))
+                if entry is not None:
+                    self._unwritten.add(id(entry))
+                    put(node, slot, entry)
+                    produced[(name, slot)] = entry
+                continue
             entry = None
             if mode is _LINK:
                 entry = produced.get(link)
@@ -355,7 +377,7 @@ class RunRecorder:
                 if bound is not None:
                     entry = bound[2]
                     s.graph.add_edge(bound[0], name, bound[1], slot)
-            if entry is not None and entry[6] is None and doubt is None and dumped:
+            if entry is not None and entry[6] is None and doubt is None and dumped and id(entry) not in self._unwritten:
                 entry = None  # the producer's files could not be told apart: this kernel's own file holds it
             if entry is None:
                 if not dumped:
