@@ -189,3 +189,43 @@ def test_checkpoint_early_stop_msprobe_records_no_forward_after_it(runs, step):
     updates = [k for k in only_ours if k.startswith("Tensor.add_.")]
     assert len(updates) == 28 and all(k in full for k in updates)
     assert "Functional.layer_norm.7.forward" in only_ours
+
+
+@pytest.mark.parametrize("reentrant", [False, True], ids=["non_reentrant", "reentrant"])
+def test_checkpoint_recomputation_recorded_and_training_bitwise(reentrant):
+    """Both checkpoint implementations: the recomputed forward is recorded (after the backward began, counters
+    continuing), and the training is bitwise the plain one."""
+    import torch
+    import torch.utils.checkpoint as cp
+
+    import nbdebug
+
+    def run(level):
+        torch.manual_seed(0)
+        block = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh(), torch.nn.Linear(8, 8))
+        head = torch.nn.Linear(8, 2)
+        model = torch.nn.ModuleDict({"block": block, "head": head})
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        x, y = torch.randn(4, 8, requires_grad=True), torch.randn(4, 2)
+        d = nbdebug.Debugger(model, level) if level else None
+        names = []
+        try:
+            for _ in range(2):
+                opt.zero_grad()
+                h = cp.checkpoint(block, x, use_reentrant=reentrant)
+                torch.nn.functional.mse_loss(head(h), y).backward()
+                opt.step()
+            if d is not None:
+                names = list(d.session.graph.nodes)
+        finally:
+            if d is not None:
+                d.close()
+        return {k: v.detach().clone() for k, v in model.state_dict().items()}, names
+
+    plain, _ = run(None)
+    ours, names = run("L1")
+    assert all(torch.equal(plain[k], ours[k]) for k in plain)
+    linear = [n for n in names if n.startswith("Functional.linear.") and n.endswith(".forward")]
+    # the block's two linears, the head's, then the block's two again, recomputed inside the backward
+    assert linear == [f"Functional.linear.{i}.forward" for i in range(5)], linear
+    assert names.index("Functional.linear.3.forward") > names.index("Functional.linear.2.backward")
