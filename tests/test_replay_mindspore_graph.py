@@ -182,3 +182,23 @@ def test_live_graph_capture_refuses_the_outputs_cpu_batchnorm_leaves_unwritten()
     assert any(k[0].endswith("BatchNormGrad-op0") and "does not write" in why for k, why in refused.items())
     assert (bn, "output.0") not in refused and np.isfinite(dbg.session.tensor(bn, "output.0", step=1)).all()
     dbg.close()
+
+
+def test_a_long_graph_run_leaves_no_iteration_directories_behind():
+    """MindSpore makes a ``{net}/{graph}/{iteration}`` directory per graph run and never removes one: the live
+    capture removes each once read and emptied, so what a step lists stays one step's size (30 steps here
+    leave at most the newest three iterations of each graph: files go a step after they are read)."""
+    from nbdebug.frameworks.mindspore.kernel_load import graph_dirs
+
+    ms.set_seed(20)
+    net = LeNet()
+    dbg = nbdebug.Debugger(net)
+    step = graph_trainer(net)
+    for x, y in batches(30, seed=5):
+        step(x, y)
+    adapter = dbg._adapter if hasattr(dbg, "_adapter") else dbg.adapter
+    rank = adapter._rank_dirs()[0]
+    left = {g: sorted(int(i) for i in os.listdir(d) if i.isdigit()) for g, d in graph_dirs(rank)}
+    assert left and all(len(its) <= 3 for its in left.values()), left
+    assert dbg.step_index == 30
+    dbg.close()

@@ -4,7 +4,9 @@ MindSpore writes a new ``{net}/{graph}/{iteration}`` directory per run of a grap
 after a thousand steps a thousand directories exist. :class:`DumpScanner` lists, on every call, only the
 directories MindSpore may still write into: a directory is finished once it has been read and a later
 iteration of the same graph exists (a graph's iteration counter only grows; it does not always advance
-between runs, so the newest directory of each graph stays open). :class:`FileRemover` deletes files on a
+between runs, so the newest directory of each graph stays open). A finished directory is removed once its
+files are gone (``rmdir`` of an empty directory; one still holding files is tried again at the next call),
+so what each call lists stays the size of one step, not of the whole run. :class:`FileRemover` deletes files on a
 background thread, so a step does not wait for a hundred ``unlink`` calls; ``flush()`` waits for it.
 Needs no MindSpore.
 
@@ -15,6 +17,11 @@ Needs no MindSpore.
 [(0, 0, ['a.npy'])]
 >>> s.new_files()
 []
+>>> e = os.path.join(rank, "Net", "0", "1"); os.makedirs(e); os.remove(os.path.join(d, "a.npy"))
+>>> [it for it, _g, _p, _n in s.new_files()], os.path.isdir(d)  # iteration 0 finished, emptied: removed
+([], True)
+>>> s.new_files(), os.path.isdir(d)
+([], False)
 """
 
 from __future__ import annotations
@@ -34,9 +41,17 @@ class DumpScanner:
         self.rank_dir = rank_dir
         #: open directories: path -> (iteration, graph id, names already returned)
         self._open: dict[str, tuple[int, int, set[str]]] = {}
-        self._finished: set[str] = set()
+        self._finished: set[str] = set()  # finished directories not removed yet (files left in them)
 
     def _discover(self) -> None:
+        for path in list(self._finished):
+            try:
+                os.rmdir(path)  # empty once the files read from it are deleted
+            except FileNotFoundError:
+                pass
+            except OSError:  # files left (not deleted yet, or someone else's): kept, never read again
+                continue
+            self._finished.discard(path)
         for g, gdir in graph_dirs(self.rank_dir):
             try:
                 its = os.listdir(gdir)
