@@ -26,7 +26,8 @@ $(PY_NP2):
 	$(PYTHON) -m venv $(VENV_NP2)
 
 $(STAMP_NP2): $(PY_NP2) pyproject.toml setup.py $(wildcard nbdebug/frameworks/*.c)
-	$(PY_NP2) -m pip install -q 'torch==2.13.0' 'numpy>=2' 'pandas<3' plotly pytest pytest-timeout -e '.[torch]'
+	$(PY_NP2) -m pip install -q 'torch==2.13.0' 'numpy>=2' 'pandas<3' plotly pytest pytest-timeout pytest-xdist \
+		-e '.[torch]'
 	touch $(STAMP_NP2)
 
 LABEXT_SRC := labextension/package.json labextension/tsconfig.json \
@@ -109,8 +110,16 @@ browser:
 lint: setup
 	$(VENV)/bin/ruff check nbdebug tests bench
 
+# The suite runs on TEST_WORKERS pytest-xdist processes (most tests wait on kernels, torchrun, JupyterLab or
+# Chromium): one work unit per module, the modules on the shared JupyterLab/Notebook servers in one unit, the
+# longest units first (tests/conftest.py). TEST_WORKERS=0 runs it in this process. Each run lists its slowest
+# tests.
+TEST_WORKERS ?= 3
+XDIST = $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
+DURATIONS := --durations=30
+
 test: setup browser lint
-	$(PY) -m pytest -q --doctest-modules nbdebug tests
+	$(PY) -m pytest -q $(XDIST) $(DURATIONS) --doctest-modules nbdebug tests
 	$(MAKE) test-np2
 
 # The inner loop: no browser, no process started, no slow module (markers: tests/conftest.py); no lint, no
@@ -123,7 +132,7 @@ test-fast: setup
 # The PyTorch tests and the doctests on numpy 2 (tests/torch_only.py leaves out, and names, the modules that
 # need MindSpore, msProbe, JupyterLab or the browser).
 test-np2: $(STAMP_NP2) labextension
-	PYTHONPATH=tests $(PY_NP2) -m pytest -q -p torch_only --doctest-modules nbdebug tests
+	PYTHONPATH=tests $(PY_NP2) -m pytest -q $(XDIST) $(DURATIONS) -p torch_only --doctest-modules nbdebug tests
 
 bench: setup
 	$(PY) bench/overhead.py

@@ -104,7 +104,9 @@ class LabServer:
         self.token = secrets.token_hex(16)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = ARTIFACTS / ("jupyterlab-server.log" if app == "lab" else "notebook-server.log")
+        # one log per server (base: jupyterlab0, notebook70, ...) and pytest-xdist worker: never shared
+        worker = os.environ.get("PYTEST_XDIST_WORKER")
+        self.log_path = ARTIFACTS / f"{base.name}{'-' + worker if worker else ''}-server.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.env = self._environment()
 

@@ -7,7 +7,10 @@ uses the browser fixtures or starts processes without saying so is marked here a
 tier never picks up a slow one by omission.
 """
 
+import os
 import re
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -33,6 +36,12 @@ STARTS_PROCESS = re.compile(r"subprocess\.(run|Popen|check_call|check_output)|Po
 def pytest_configure(config):
     for name, what in TIERS.items():
         config.addinivalue_line("markers", f"{name}: {what}")
+    if config.getoption("numprocesses", None) and not hasattr(config, "workerinput"):
+        # the controller of a pytest-xdist run, before its workers start (they inherit the environment):
+        # the msProbe dumps of tests/msprobe_runs.py go to one folder, made once whichever worker asks first
+        folder = tempfile.mkdtemp(prefix="nbdebug-msprobe-")
+        os.environ["NBDEBUG_MSPROBE_RUNS"] = folder
+        config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
 
 
 def _starts_process(path: Path, cache: dict = {}) -> bool:  # noqa: B006 - a per-session cache
@@ -52,6 +61,58 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.browser)
         if not item.get_closest_marker("subprocess") and _starts_process(Path(str(item.fspath))):
             item.add_marker(pytest.mark.subprocess)
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker: the longest modules first (see below)
+        items.sort(key=_worker_rank)  # stable: a module's tests keep their order
+
+
+# -- pytest-xdist (make test: `-n N --dist loadfile`) --------------------------------------------------------
+# One work unit per module (its module-scoped fixtures are set up once), except that every module on the
+# shared servers of tests/browser.py is one unit: the run starts one JupyterLab and one Notebook 7 server, as
+# it does without xdist. Units go out in the workers' collection order, which puts the longest first (the
+# servers' unit, slow, subprocess, browser, the rest), so the last units to finish are short ones.
+# (pytest-xdist 3.8's `xdist_group` marks do not work on pytest 9: they rename `item._nodeid`, which pytest 9
+# no longer reads; hence a scheduler of our own.)
+
+#: the session-scoped servers of tests/browser.py (a module on Chromium alone may run in any worker: that
+#: worker starts its own Chromium, a few seconds)
+SHARED_SERVERS = re.compile(r"\b(lab_page|nb_page|lab_server|notebook_server)\b")
+SERVERS_UNIT = "tests/browser.py servers"
+
+
+def _on_shared_servers(path: Path, cache: dict = {}) -> bool:  # noqa: B006 - a per-session cache
+    if path not in cache:
+        try:
+            cache[path] = path.name.startswith("test_") and bool(SHARED_SERVERS.search(path.read_text("utf-8")))
+        except OSError:
+            cache[path] = False
+    return cache[path]
+
+
+def _worker_rank(item) -> int:
+    if _on_shared_servers(Path(str(item.fspath))):
+        return 0
+    return next((i for i, tier in enumerate(("slow", "subprocess", "browser"), 1) if item.get_closest_marker(tier)),
+                4)
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config, log):
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleScheduling(LoadScopeScheduling):
+        """``--dist loadfile``, with the modules on the shared servers in one unit, in collection order."""
+
+        def __init__(self, config, log=None) -> None:
+            super().__init__(config, log)
+            config.option.loadscopereorder = False  # keep the workers' order: longest units first
+
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return SERVERS_UNIT if _on_shared_servers(config.rootpath / path) else path
+
+    return ModuleScheduling(config, log)
 
 
 def _define_torch_models() -> None:

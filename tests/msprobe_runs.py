@@ -12,6 +12,7 @@ L2 norm). Nothing else of msProbe is touched.
 from __future__ import annotations
 
 import atexit
+import fcntl
 import functools
 import json
 import os
@@ -23,9 +24,18 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+#: set by tests/conftest.py for a run on pytest-xdist workers: one folder that every worker shares (made and
+#: removed by the controlling process), so a dump is made once per run, not once per worker
+SHARED_ROOT = "NBDEBUG_MSPROBE_RUNS"
+
+
 @functools.cache
 def root() -> str:
     """A temporary folder for this pytest run's dumps (removed at exit)."""
+    shared = os.environ.get(SHARED_ROOT)
+    if shared:
+        os.makedirs(shared, exist_ok=True)
+        return shared
     path = tempfile.mkdtemp(prefix="nbdebug-msprobe-")
     atexit.register(shutil.rmtree, path, True)
     return path
@@ -42,6 +52,15 @@ def _config(path: str, task: str, level: str, dump_path: str) -> None:
 
 def _run(args: list[str], name: str) -> str:
     out = os.path.join(root(), name)
+    with open(out + ".lock", "w") as lock:  # another worker making the same dump: wait for it, then reuse it
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            return _make(args, out)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _make(args: list[str], out: str) -> str:
     if os.path.exists(os.path.join(out, "done.npy")):  # made already (called with other spellings of the args)
         return out
     env = dict(os.environ, PYTHONPATH=os.path.dirname(HERE) + os.pathsep + os.environ.get("PYTHONPATH", ""))
