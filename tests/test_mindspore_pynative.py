@@ -297,3 +297,34 @@ def test_stats_device_path_matches_native_kernel():
     assert list(rows[True][1, 6:]) == [1, 1, 1] and np.isnan(rows[True][1, 0])
     assert np_stats(arrays[0])["max"] == pytest.approx(rows[False][0, 0])
 
+
+
+@pytest.mark.parametrize("train", [True, False], ids=["training", "inference"])
+def test_cpu_batchnorm_outputs_it_never_writes_are_refused(train):
+    """The value shown is the value used: MindSpore's CPU BatchNorm writes ``y`` and, in training, the batch
+    mean and variance (outputs 3, 4); outputs 1 and 2 (and in inference 1–4) hold whatever the buffer held —
+    msProbe dumps that leftover memory. nbdebug gives them no statistics and no value, with the reason."""
+    ms.set_seed(0)
+    net = LeNet()
+    net.set_train(train)
+    dbg = nbdebug.Debugger(net, level="L1")
+    for x, _y in batches(2, seed=1):
+        net(x)
+        dbg.step()  # forward only: the step ends here
+    prim = "bn_train" if train else "bn_infer"
+    name = f"Primitive.{prim}.BatchNorm.0.forward"
+    table = dbg.session.table(1)
+    refused = {table.keys[i]: why for i, why in table.unsupported.items()}
+    unwritten = ("output.1", "output.2") if train else ("output.1", "output.2", "output.3", "output.4")
+    for slot in ("output.1", "output.2", "output.3", "output.4"):
+        if slot in unwritten:
+            assert "does not write this output" in refused[(name, slot)], slot
+            with pytest.raises(nbdebug.NotRetainedError, match="does not write this output"):
+                dbg.session.tensor(name, slot, step=1)
+        else:  # the batch mean and variance: computed, shown
+            assert (name, slot) not in refused
+            x_in = dbg.session.tensor(name, "input.0", step=1)
+            want = x_in.mean(axis=(0, 2, 3)) if slot == "output.3" else x_in.var(axis=(0, 2, 3))
+            np.testing.assert_allclose(dbg.session.tensor(name, slot, step=1), want, rtol=1e-4, atol=1e-6)
+    assert (name, "output.0") not in refused
+    dbg.close()

@@ -57,6 +57,8 @@ class TensorStore:
         self._reasons: dict[str, dict[tuple[str, str], str]] = {"current": {}, "previous": {}, "initial": {}}
         self._bytes = {"current": 0, "previous": 0, "initial": 0}
         self._ids: dict[str, set[int]] = {"current": set(), "previous": set(), "initial": set()}
+        #: keys given no value on purpose (:meth:`refuse`): a later offer for them is turned down
+        self._refused: dict[str, set[tuple[str, str]]] = {"current": set(), "previous": set(), "initial": set()}
         self._used = 0  # sum of _bytes (read on every offer: kept as a running total)
 
     @property
@@ -72,6 +74,8 @@ class TensorStore:
 
         ``force`` keeps an output regardless of the budget (values a watchpoint needs are always kept);
         ``inputs_too`` forces inputs and parameters as well (a node the user keeps)."""
+        if key in self._refused[which]:
+            return False
         table = getattr(self, which)
         ids = self._ids[which]
         if id(handle) in ids:  # the same tensor under another name costs nothing more
@@ -96,12 +100,17 @@ class TensorStore:
         return True
 
     def refuse(self, key: tuple[str, str], reason: str, which: str = "current") -> None:
+        """``key`` has no value in ``which``, for ``reason``: a value offered for it before is dropped (its
+        bytes stay counted until the step rotates out), one offered later turned down."""
+        getattr(self, which).pop(key, None)
+        self._refused[which].add(key)
         self._reasons[which][key] = reason
 
     def rotate(self) -> None:
         """Step boundary: current becomes previous, the old previous is released."""
         self.previous, self.current = self.current, {}
         self._reasons["previous"], self._reasons["current"] = self._reasons["current"], {}
+        self._refused["previous"], self._refused["current"] = self._refused["current"], set()
         self._used -= self._bytes["previous"]
         self._bytes["previous"], self._bytes["current"] = self._bytes["current"], 0
         self._ids["previous"], self._ids["current"] = self._ids["current"], set()
@@ -126,6 +135,7 @@ class TensorStore:
         for which in ("current", "previous", "initial"):
             getattr(self, which).clear()
             self._reasons[which].clear()
+            self._refused[which].clear()
             self._bytes[which] = 0
             self._ids[which].clear()
         self._used = 0

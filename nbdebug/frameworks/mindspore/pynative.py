@@ -27,11 +27,13 @@ Closing removes every hook and puts every wrapped function, method and Primitive
 
 from __future__ import annotations
 
+import functools
 import threading
 import weakref
 from collections.abc import Callable
 from typing import Any
 
+import mindspore as ms
 from mindspore import nn, ops
 from mindspore.common.parameter import Parameter
 from mindspore.ops.primitive import Primitive
@@ -48,6 +50,21 @@ from .op_patches import _OPS, _OPT, _PRIM_INFO, _SKIP_PRIMITIVES, _grad_recordin
 from .ops import MindSporeOps, MSRef
 
 __all__ = ["LEVELS", "MSRef", "PyNativeAdapter"]
+
+#: MindSpore's CPU ``BatchNorm`` writes ``y`` and, in training, the batch mean and variance (outputs 3 and 4);
+#: outputs 1 and 2 (and in inference 1–4) are left as the buffer was: not values the step computed
+_UNWRITTEN_REASON = ("MindSpore's CPU BatchNorm kernel does not write this output: the tensor holds whatever "
+                     "its buffer held, not a value the step computed")
+
+
+def unwritten_outputs(op_type: str, func: Any) -> tuple[str, ...]:
+    """The output slots of a call of ``func`` (an op of ``op_type``) its CPU kernel leaves unwritten."""
+    if op_type != "BatchNorm" or ms.get_context("device_target") != "CPU":
+        return ()
+    prim = func.args[0] if isinstance(func, functools.partial) and func.args else func  # a Primitive's call
+    training = getattr(prim, "is_training", None)
+    return ("output.1", "output.2") if training else ("output.1", "output.2", "output.3", "output.4")
+
 
 class PyNativeAdapter(Capture):
     """Attaches to one ``mindspore.nn.Cell`` (PyNative mode) and feeds a :class:`Session` through the
@@ -372,9 +389,12 @@ class PyNativeAdapter(Capture):
         self.busy = True
         try:
             derived = self._derived
+            unwritten = unwritten_outputs(op_type, func)
             for slot, t in self.outputs(out):
                 seen = self.slot(node, slot, t, as_input=False)
                 seen.producer = (name, slot)
+                if slot in unwritten:
+                    self._refuse(name, slot, _UNWRITTEN_REASON)
                 if from_param:  # may be a view of a parameter (swapaxes, a no-op astype ...)
                     derived[id(t)] = seen
             if grad:
@@ -387,6 +407,14 @@ class PyNativeAdapter(Capture):
             self.busy = False
         self.emit_node(node, (args, kwargs, out))
         return out
+
+    def _refuse(self, name: str, slot: str, why: str) -> None:
+        """``(name, slot)`` of the step in progress gets no statistics and no value, and says why."""
+        s = self.session
+        i = s.recorder.index.get((name, slot))
+        if i is not None:
+            s.recorder.unsupported[i] = why
+        s.store.refuse((name, slot), why)
 
     # -- L0 ---------------------------------------------------------------------------------------
     def _pre_hook(self, want: bool) -> Callable:
