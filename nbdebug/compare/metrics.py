@@ -1,7 +1,7 @@
 """Comparison metrics of two tensors (msProbe's definitions) and of two sets of statistics.
 
 ``N`` is the target value, ``B`` the golden (benchmark) one; ``RE = |(N - B) / B|`` with the dtype's eps
-added to both where ``B == 0`` (REFERENCE §4). Tensor metrics follow msProbe's compare exactly — arrays
+added to both where ``B == 0`` (as msProbe's compare does). Tensor metrics follow msProbe's compare exactly — arrays
 are squeezed, NaN/Inf must sit at the same positions (then they are zeroed on both sides), a 0-d tensor
 has no Cosine/EucDist/ratios, a one-element tensor no Cosine — so that values agree with ``msprobe
 compare`` output; the only difference is that nbdebug keeps full precision where msProbe rounds.

@@ -5,7 +5,7 @@
 3. :func:`fill_stats` — both sides' Max/Min/Mean/Norm, their differences and relative differences;
 4. :func:`tensor_pass` — msProbe's tensor metrics where both values are available;
 5. :func:`flag_tensors` — per-tensor errors (NaN/Inf, dtype, shape) and divergence warnings;
-6. :func:`node_rules` — inputs agree, outputs do not (REFERENCE §4);
+6. :func:`node_rules` — inputs agree, outputs do not (msProbe's compare rule);
 7. :func:`messages` — each row's status and messages.
 
 >>> import numpy as np

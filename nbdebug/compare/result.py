@@ -2,7 +2,7 @@
 first divergent node.
 
 Status of a row (colours of the compare panel): ``error`` (red), ``warning`` (orange), ``pass`` (white),
-``unmatched`` (grey). The rules (REFERENCE §4, msProbe's checks) are listed in :mod:`nbdebug.compare.run`.
+``unmatched`` (grey). The rules (msProbe's checks) are listed in :mod:`nbdebug.compare.run`.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ Each side is a dump path, an :class:`~nbdebug.offline.OfflineSession`, a live
 * in **statistics** mode otherwise: differences of Max/Min/Mean/Norm and their relative differences
   ``|stat(N) − stat(B)| / |stat(B)| · 100%``.
 
-Flags (REFERENCE §4). **Error**: the target's Max or Min is NaN/±Inf where the golden's are finite; dtype or
+Flags (msProbe's compare rules). **Error**: the target's Max or Min is NaN/±Inf where the golden's are finite; dtype or
 shape differ; a node whose inputs agree (One Thousandth Err Ratio > 0.9 on every input) has an output with a
 ratio < 0.6; a node whose inputs' Norm relative difference is < 10% has an output above 50%.
 **Warning**: an output's Norm relative difference is at least 10× its inputs' largest one (and above the

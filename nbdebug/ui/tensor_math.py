@@ -2,7 +2,7 @@
 
 * A *dimension selection* has one entry per axis: an index (``"3"``, ``"-1"``) that fixes the axis, or a
   slice (``":"``, ``"2:10"``, ``"::4"``) that keeps it free. At most two free axes are shown at once
-  (REFERENCE §1): a heatmap is rows × columns.
+  (as MindInsight's tensor view): a heatmap is rows × columns.
 * Statistics as MindInsight shows them: max, min, mean, count, NaN, −Inf, +Inf, zero, negative zero and
   positive zero counts (true/false counts for bool tensors). Extrema and mean ignore NaN and ±Inf.
 * Comparison with the previous step: ``diff = cur − prev``; a tolerance ``t`` in [0, 1] sets to zero the

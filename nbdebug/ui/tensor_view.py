@@ -1,5 +1,5 @@
 """The tensor view: one tensor's values as a heatmap and a table, for the current step, the previous step,
-or their difference (tolerance rule of REFERENCE §1), with statistics of each; the hits on it with the
+or their difference (MindInsight's tolerance rule), with statistics of each; the hits on it with the
 optimization guide; and the tensor relationship diagram (k-hop upstream and downstream nodes, with the
 condition abbreviations of their hits).
 

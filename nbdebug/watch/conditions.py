@@ -1,6 +1,6 @@
 """Watchpoint conditions: the registry of the 17 checks, parameter validation, and evaluation.
 
-The 17 conditions follow the MindInsight debugger (see ``shared/REFERENCE.md`` §1). Everything here is
+The 17 conditions are the MindInsight debugger's watchpoint conditions. Everything here is
 numpy-only and framework-neutral. This module is the one place to import them from; the code lives in
 :mod:`~nbdebug.watch.registry` (conditions, parameters, error codes), :mod:`~nbdebug.watch.validation`,
 :mod:`~nbdebug.watch.firing` (results), :mod:`~nbdebug.watch.stats_eval` (statistics matrix) and

@@ -1,4 +1,4 @@
-"""The recommended watchpoints offered when a session starts (REFERENCE §1).
+"""The recommended watchpoints offered when a session starts (as MindInsight's debugger offers them).
 
 >>> [c for c, _, _ in recommended({"ReLU"})]
 ['TO', 'GE', 'WNC', 'GV', 'WCL', 'WI', 'AR']

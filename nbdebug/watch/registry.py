@@ -1,6 +1,6 @@
 """The registry of watchpoint conditions: error codes, categories, parameters, the 17 MindInsight checks.
 
-The 17 conditions follow the MindInsight debugger (see ``shared/REFERENCE.md`` §1). Numpy-only and
+The 17 conditions are the MindInsight debugger's watchpoint conditions. Numpy-only and
 framework-neutral; :mod:`nbdebug.watch.conditions` re-exports everything here.
 
 >>> get_condition("gl").name, len(CONDITIONS)

@@ -1,7 +1,7 @@
 """MindSpore GRAPH mode: the kernel-by-kernel dump, read into a framework-neutral session.
 
 MindSpore (CPU, GPU, Ascend O0/O1) writes a kernel dump when ``MINDSPORE_DUMP_CONFIG`` names a JSON
-config before the first graph is compiled (REFERENCE §6)::
+config before the first graph is compiled (MindSpore's dump documentation)::
 
     {path}/rank_{r}/graphs/ms_output_trace_code_graph_{g}.ir     optimized execution graph (text)
     {path}/rank_{r}/execution_order/ms_execution_order_graph_{g}.csv
