@@ -297,16 +297,21 @@ def apply_graph(graph: Graph, delta: Mapping[str, Any], pool: Any = None) -> int
         elif node.scope != rec.get("scope", "") or node.section != rec.get("section", "forward"):
             node.scope, node.section = str(rec.get("scope", "")), str(rec.get("section", "forward"))
             graph.version += 1
-        node.order = int(rec.get("order", -1))
-        node.shapes = {str(k): tuple(int(x) for x in v) for k, v in (rec.get("shapes") or {}).items()}
-        node.dtypes = {str(k): str(v) for k, v in (rec.get("dtypes") or {}).items()}
-        node.stack = [str(s) for s in rec.get("stack") or ()]
-        node.pair = rec.get("pair")
-        node.graph = rec.get("graph")
-        node.moved = [int(s) for s in rec.get("moved") or ()]
+        _fill_node(node, rec)
     for src, dst, a, b in delta.get("edges", ()):
         graph.add_edge(str(src), str(dst), str(a), str(b))
     return len(delta.get("nodes", ()))
+
+
+def _fill_node(node: Any, rec: Mapping[str, Any]) -> None:
+    """A node record's fields beyond name, kind, op type, scope and section, onto ``node``."""
+    node.order = int(rec.get("order", -1))
+    node.shapes = {str(k): tuple(int(x) for x in v) for k, v in (rec.get("shapes") or {}).items()}
+    node.dtypes = {str(k): str(v) for k, v in (rec.get("dtypes") or {}).items()}
+    node.stack = [str(s) for s in rec.get("stack") or ()]
+    node.pair = rec.get("pair")
+    node.graph = rec.get("graph")
+    node.moved = [int(s) for s in rec.get("moved") or ()]
 
 
 def _apply_pooled(graph: Graph, rec: Mapping[str, Any], pool: Any) -> None:
@@ -316,13 +321,7 @@ def _apply_pooled(graph: Graph, rec: Mapping[str, Any], pool: Any) -> None:
         scratch = Graph()  # add_node checks kind and section
         node = scratch.add_node(str(rec["name"]), kind=str(rec["kind"]), op_type=str(rec["op_type"]),
                                 scope=str(rec.get("scope", "")), section=str(rec.get("section", "forward")))
-        node.order = int(rec.get("order", -1))
-        node.shapes = {str(k): tuple(int(x) for x in v) for k, v in (rec.get("shapes") or {}).items()}
-        node.dtypes = {str(k): str(v) for k, v in (rec.get("dtypes") or {}).items()}
-        node.stack = [str(s) for s in rec.get("stack") or ()]
-        node.pair = rec.get("pair")
-        node.graph = rec.get("graph")
-        node.moved = [int(s) for s in rec.get("moved") or ()]
+        _fill_node(node, rec)
         pool[key] = node
     old = graph.nodes.get(node.name)
     if old is node:
