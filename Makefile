@@ -123,11 +123,12 @@ test: setup browser lint
 	$(MAKE) test-np2
 
 # The inner loop: no browser, no process started, no slow module (markers: tests/conftest.py); no lint, no
-# numpy-2 run. `make test` runs everything.
+# numpy-2 run, on 2 workers (1,653 tests in 2 min 13 s on this idle 2-core machine; 4 min 37 s in one process).
+# `make test` runs everything.
 FAST := not browser and not subprocess and not slow
 
 test-fast: setup
-	$(PY) -m pytest -q -m "$(FAST)" --doctest-modules nbdebug tests
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "$(FAST)" --doctest-modules nbdebug tests
 
 # The PyTorch tests and the doctests on numpy 2 (tests/torch_only.py leaves out, and names, the modules that
 # need MindSpore, msProbe, JupyterLab or the browser).
