@@ -17,17 +17,12 @@ and under ``nbdebug.Debugger`` (and, for T5, with no tool), each in its own subp
 
 from __future__ import annotations
 
-import glob
 import json
 import math
 import os
-import subprocess
-import sys
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from interchange_runs import run_scripts, step_data
 
 SCRIPT = r'''
 import json, os, sys
@@ -103,26 +98,7 @@ RUNS = [("msprobe", "t5", "L0"), ("nbdebug", "t5", "L0"), ("plain", "t5", "L0"),
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("interchange_hf")
-    script = root / "train.py"
-    script.write_text(SCRIPT)
-    env = dict(os.environ, PYTHONPATH=REPO, CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1")
-
-    def run(key):
-        out = str(root / "_".join(key))
-        proc = subprocess.run([sys.executable, str(script), *key, out], cwd=str(root), env=env,
-                              capture_output=True, text=True, timeout=300)
-        assert proc.returncode == 0, f"{key}:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
-        return out
-
-    with ThreadPoolExecutor(2) as pool:
-        return dict(zip(RUNS, pool.map(run, RUNS), strict=True))
-
-
-def _data(out: str, step: int) -> dict:
-    (path,) = glob.glob(os.path.join(out, "dump", f"step{step}", "*", "dump.json"))
-    with open(path) as f:
-        return json.load(f)["data"]
+    return run_scripts(tmp_path_factory.mktemp("interchange_hf"), SCRIPT, RUNS)
 
 
 def _norm(entry: dict, side: str, i: int) -> float | None:
@@ -132,7 +108,7 @@ def _norm(entry: dict, side: str, i: int) -> float | None:
 
 @pytest.mark.parametrize("step", [0, 1])
 def test_t5_position_bias_gradient_from_outside_the_call(runs, step):
-    ours, theirs = _data(runs[("nbdebug", "t5", "L0")], step), _data(runs[("msprobe", "t5", "L0")], step)
+    ours, theirs = step_data(runs[("nbdebug", "t5", "L0")], step), step_data(runs[("msprobe", "t5", "L0")], step)
     with open(os.path.join(runs[("plain", "t5", "L0")], "norms.json")) as f:
         total = json.load(f)[step]  # the position_bias tensor's gradient: both blocks' uses
     assert list(ours) == list(theirs)
@@ -157,8 +133,8 @@ def test_t5_position_bias_gradient_from_outside_the_call(runs, step):
 
 @pytest.mark.parametrize("step", [0, 1])
 def test_checkpoint_recomputation_recorded_as_msprobe_records_it(runs, step):
-    ours = _data(runs[("nbdebug", "gpt2_ckpt_full", "L1")], step)
-    theirs = _data(runs[("msprobe", "gpt2_ckpt_full", "L1")], step)
+    ours = step_data(runs[("nbdebug", "gpt2_ckpt_full", "L1")], step)
+    theirs = step_data(runs[("msprobe", "gpt2_ckpt_full", "L1")], step)
     assert list(ours) == list(theirs)
     # the recomputed forward comes after backward began, counters continuing: block 1's first layer_norm
     # (layer_norm.2) again as layer_norm.5, block 0's (layer_norm.0) as layer_norm.7; same values, bitwise
@@ -173,9 +149,9 @@ def test_checkpoint_recomputation_recorded_as_msprobe_records_it(runs, step):
 
 @pytest.mark.parametrize("step", [0, 1])
 def test_checkpoint_early_stop_msprobe_records_no_forward_after_it(runs, step):
-    ours = _data(runs[("nbdebug", "gpt2_ckpt", "L1")], step)
-    theirs = _data(runs[("msprobe", "gpt2_ckpt", "L1")], step)
-    full = _data(runs[("msprobe", "gpt2_ckpt_full", "L1")], step)
+    ours = step_data(runs[("nbdebug", "gpt2_ckpt", "L1")], step)
+    theirs = step_data(runs[("msprobe", "gpt2_ckpt", "L1")], step)
+    full = step_data(runs[("msprobe", "gpt2_ckpt_full", "L1")], step)
     assert [k for k in ours if k in theirs] == list(theirs)  # all of msProbe's entries, in its order
     only_ours = [k for k in ours if k not in theirs]
     # the op inside which the early stop was raised: its inputs, no output, in both

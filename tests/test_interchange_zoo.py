@@ -18,17 +18,12 @@ summation order) with no tool at all, each in its own subprocess:
 
 from __future__ import annotations
 
-import glob
 import json
 import os
-import subprocess
-import sys
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from interchange_runs import run_scripts, step_data
 
 SCRIPT = r'''
 import json, os, sys
@@ -134,32 +129,13 @@ RUNS = [("msprobe", "radd", "L1"), ("nbdebug", "radd", "L1"), ("msprobe", "bound
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("interchange")
-    script = root / "train.py"
-    script.write_text(SCRIPT)
-    env = dict(os.environ, PYTHONPATH=REPO, CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1")
-
-    def run(key):
-        out = str(root / "_".join(key))
-        proc = subprocess.run([sys.executable, str(script), *key, out], cwd=str(root), env=env,
-                              capture_output=True, text=True, timeout=300)
-        assert proc.returncode == 0, f"{key}:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
-        return out
-
-    with ThreadPoolExecutor(2) as pool:
-        return dict(zip(RUNS, pool.map(run, RUNS), strict=True))
-
-
-def _data(out: str, step: int) -> dict:
-    (path,) = glob.glob(os.path.join(out, "dump", f"step{step}", "*", "dump.json"))
-    with open(path) as f:
-        return json.load(f)["data"]
+    return run_scripts(tmp_path_factory.mktemp("interchange"), SCRIPT, RUNS)
 
 
 @pytest.mark.parametrize("step", [0, 1])
 def test_augmented_assign_on_a_python_number_is_radd(runs, step):
-    ours = _data(runs[("nbdebug", "radd", "L1")], step)
-    theirs = _data(runs[("msprobe", "radd", "L1")], step)
+    ours = step_data(runs[("nbdebug", "radd", "L1")], step)
+    theirs = step_data(runs[("msprobe", "radd", "L1")], step)
     assert list(ours) == list(theirs)
     assert "Tensor.__radd__.0.forward" in ours and "Tensor.__iadd__.0.forward" in ours
     assert "Tensor.__iadd__.1.forward" not in ours  # only ``w += 1`` wrote in place
@@ -168,8 +144,8 @@ def test_augmented_assign_on_a_python_number_is_radd(runs, step):
 
 @pytest.mark.parametrize("step", [0, 1])
 def test_function_bound_before_start_msprobe_misses_it(runs, step):
-    ours = _data(runs[("nbdebug", "bound", "mix")], step)
-    theirs = _data(runs[("msprobe", "bound", "mix")], step)
+    ours = step_data(runs[("nbdebug", "bound", "mix")], step)
+    theirs = step_data(runs[("msprobe", "bound", "mix")], step)
     gelu = [k for k in ours if k.startswith("Functional.gelu.")]
     assert gelu == ["Functional.gelu.0.forward", "Functional.gelu.0.backward"]
     assert not [k for k in theirs if "gelu" in k]
@@ -194,8 +170,8 @@ def test_msprobe_hooks_change_gradient_summation_order_ours_do_not(runs):
 
 @pytest.mark.parametrize("step", [0, 1])
 def test_module_overwritten_in_place_msprobe_misses_its_backward(runs, step):
-    ours = _data(runs[("nbdebug", "bn", "mix")], step)
-    theirs = _data(runs[("msprobe", "bn", "mix")], step)
+    ours = step_data(runs[("nbdebug", "bn", "mix")], step)
+    theirs = step_data(runs[("msprobe", "bn", "mix")], step)
     assert [k for k in ours if k not in theirs] == ["Module.bn.BatchNorm2d.backward.0"]
     assert [k for k in theirs if k not in ours] == []
     bn, relu = ours["Module.bn.BatchNorm2d.backward.0"], ours["Functional.relu.0.backward"]
