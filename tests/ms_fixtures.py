@@ -87,6 +87,15 @@ def pynative_mode():
     ms.set_context(mode=mode)
 
 
+@pytest.fixture
+def graph_mode():
+    """GRAPH mode for one test (``pytestmark = pytest.mark.usefixtures("graph_mode")``)."""
+    mode = ms.get_context("mode")
+    ms.set_context(mode=ms.GRAPH_MODE)
+    yield
+    ms.set_context(mode=mode)
+
+
 def pynative_trainer(net: nn.Cell, lr: float = 0.05):
     """``step(x, y) -> loss`` with ``mindspore.value_and_grad`` and SGD (PyNative)."""
     crit = loss_fn()

@@ -8,7 +8,16 @@ import sys
 
 import numpy as np
 import pytest
-from ms_fixtures import LeNet, assert_stats, batches, graph_trainer, loss_fn, ms, nn
+from ms_fixtures import (
+    LeNet,
+    assert_stats,
+    batches,
+    graph_mode,  # noqa: F401 - the fixture every test here uses
+    graph_trainer,
+    loss_fn,
+    ms,
+    nn,
+)
 
 import nbdebug
 from nbdebug.control import State
@@ -16,16 +25,8 @@ from nbdebug.frameworks.mindspore import graph as kd
 from nbdebug.frameworks.mindspore import kernel_config
 from nbdebug.frameworks.mindspore.adapter import StepCallback
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.timeout(180), pytest.mark.usefixtures("graph_mode")]
 SCOPE = "Default/network-WithLossCell/_backbone-LeNet"
-
-
-@pytest.fixture(autouse=True)
-def graph_mode():
-    mode = ms.get_context("mode")
-    ms.set_context(mode=ms.GRAPH_MODE)
-    yield
-    ms.set_context(mode=mode)
 
 
 def _dump_files(dbg):

@@ -14,22 +14,21 @@ import warnings
 
 import numpy as np
 import pytest
-from ms_fixtures import LeNet, batches, graph_trainer, ms, nn
+from ms_fixtures import (
+    LeNet,
+    batches,
+    graph_mode,  # noqa: F401 - the fixture every test here uses
+    graph_trainer,
+    ms,
+    nn,
+)
 
 import nbdebug
 from nbdebug.frameworks.mindspore.replay_state import unread_outputs
 from nbdebug.replay import ReplayMismatch
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.usefixtures("graph_mode")]
 SCOPE = "Default/network-WithLossCell/_backbone-LeNet"
-
-
-@pytest.fixture(autouse=True)
-def graph_mode():
-    mode = ms.get_context("mode")
-    ms.set_context(mode=ms.GRAPH_MODE)
-    yield
-    ms.set_context(mode=mode)
 
 
 def _train(replay_at: int | None):
