@@ -223,10 +223,18 @@ def test_quickstart_cells_run_after_using_its_panel(lab_page: LabPage) -> None:
     wait_state(lab, "paused")
     facts = header(lab)
     assert facts["step"] == "3" and "step 4 next" in facts["running"], facts  # the hits' step
-    hits = lab.page.evaluate("""(sel) => [document.querySelector(sel + ' .nbdebug-hit-count').textContent.trim(),
+    read = """(sel) => [document.querySelector(sel + ' .nbdebug-hit-count').textContent.trim(),
         document.querySelector(sel + ' .nbdebug-hit-title').textContent.trim(),
         document.querySelectorAll(sel + ' .nbdebug-hit-row').length,
-        (document.querySelector(sel + ' .nbdebug-hit-summary') || {textContent: ''}).textContent.trim()]""", PANEL)
+        (document.querySelector(sel + ' .nbdebug-hit-summary') || {textContent: ''}).textContent.trim()]"""
+    # the browser applies each widget's update on its own: the header, the rows and the list's title may
+    # land a moment apart (CI once read the rows before the title's update) — they must agree soon after
+    agree = f"(sel) => {{ const h = ({read})(sel); return h[1] === `Hits (${{h[0]}})` ? h : null; }}"
+    try:
+        lab.wait_until(agree, arg=PANEL, timeout=10)
+    except AssertionError:
+        pass  # the assertion below shows what disagrees
+    hits = lab.page.evaluate(read, PANEL)
     # hits are grouped by node and condition (a few rows each, paged): the count and the summary say them all
     assert hits[1] == f"Hits ({hits[0]})" and 1 <= hits[2] <= int(hits[0]), hits
     assert not hits[3] or f"TO {hits[0]} on" in hits[3], hits
