@@ -44,24 +44,6 @@ slow.run(slow_train)
 slow"""
 
 
-# Largest pixel distance between a mark (a text-only trace: the condition abbreviations of hits) and the
-# node it marks (a marker at the same x) in the plotly figure ``css`` of the first panel.
-MARK_GAP = """([sel, css]) => {
-    const gd = document.querySelector(sel + ' .' + css + '.js-plotly-plot');
-    const ya = gd._fullLayout.yaxis;
-    const marks = gd._fullData.filter(t => t.mode === 'text' && t.x && t.x.length);
-    const nodes = gd._fullData.filter(t => String(t.mode).includes('markers') && t.x);
-    if (!marks.length) return null;
-    let worst = 0;
-    for (const m of marks) for (let i = 0; i < m.x.length; i++) {
-        let best = Infinity;
-        for (const t of nodes) for (let j = 0; j < t.x.length; j++)
-            if (t.x[j] === m.x[i]) best = Math.min(best, Math.abs(ya.d2p(t.y[j]) - ya.d2p(m.y[i])));
-        worst = Math.max(worst, best);
-    }
-    return worst;
-}"""
-
 # Hit rows squeezed below their content (they overlapped), watchpoint buttons pushed out of their box.
 LAYOUT_PROBLEMS = """(sel) => {
     const p = document.querySelector(sel), out = [];
@@ -109,14 +91,6 @@ def expect_state(lab: LabPage, state: str, timeout: float = 30.0, index: int = 0
         const e = p && p.querySelector('.nbdebug-state [data-state]');
         return e && e.dataset.state === state;
     }""", arg=[PANEL, index, state], timeout=timeout, index=index)
-
-
-def expect_fitted(lab: LabPage, css: str) -> None:
-    """The plotly figure ``css`` of the first panel is drawn as wide as its element (not 700 px)."""
-    expect(lab, f"the {css} figure as wide as its place", """([sel, css]) => {
-        const gd = document.querySelector(sel + ' .' + css + '.js-plotly-plot');
-        return gd && gd._fullLayout && gd.clientWidth > 100 && Math.abs(gd._fullLayout.width - gd.clientWidth) <= 2;
-    }""", arg=[PANEL, css])
 
 
 def shot(lab: LabPage, name: str, selector: str | None = None) -> Path:
