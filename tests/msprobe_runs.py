@@ -93,6 +93,56 @@ def mindspore_dump(task: str = "tensor", level: str = "L0", variant: str = "port
     return _run(["mindspore", task, level, variant, str(steps)], f"ms_{task}_{level}_{variant}_{steps}")
 
 
+_COMPARE_MARK = "@@nbdebug-msprobe-compare@@"
+
+#: run in one process: msProbe's console entry point (the ``msprobe`` script calls ``msprobe.msprobe.main`` on
+#: its ``sys.argv``) once per job, a marker line on stdout before each and the exit codes at the end
+_COMPARE_SCRIPT = r"""
+import json, os, sys, traceback
+from msprobe.msprobe import main
+
+MARK, jobs = sys.argv[1], json.loads(sys.argv[2])
+codes = []
+for i, (target, golden, out) in enumerate(jobs):
+    sys.stdout.flush(); sys.stderr.flush()
+    os.write(1, f"\n{MARK} {i}\n".encode())
+    sys.argv = ["msprobe", "compare", "-tp", target, "-gp", golden, "-o", out]
+    try:
+        code = main() or 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else int(e.code is not None)
+    except Exception:
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush(); sys.stderr.flush()
+    codes.append(code)
+os.write(1, f"\n{MARK} codes {json.dumps(codes)}\n".encode())
+"""
+
+
+def msprobe_compare(jobs: list[tuple[str, str, str]]) -> list[tuple[int, str]]:
+    """``msprobe compare -tp target -gp golden -o out`` for each ``(target, golden, out)``: each job's
+    ``(exit code, output)`` (stdout and stderr together).
+
+    All jobs run in one process, through the entry point the ``msprobe`` command runs: the command's own
+    start (importing torch, MindSpore and msProbe, ~10 s on a 2-core machine) is paid once, not once a job.
+    """
+    proc = subprocess.run([sys.executable, "-c", _COMPARE_SCRIPT, _COMPARE_MARK, json.dumps(jobs)],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300 + 120 * len(jobs),
+                          env=dict(os.environ, PYTHONUNBUFFERED="1", CUDA_VISIBLE_DEVICES=""))
+    parts = proc.stdout.split(f"\n{_COMPARE_MARK} ")
+    preamble, outputs, codes = parts[0], {}, None
+    for part in parts[1:]:
+        head, _, body = part.partition("\n")
+        if head.startswith("codes "):
+            codes = json.loads(head[len("codes "):])
+        else:
+            outputs[int(head)] = body
+    if codes is None or proc.returncode != 0:  # the process died: every job gets its code and all the output
+        return [(proc.returncode or 1, proc.stdout)] * len(jobs)
+    return [(codes[i], preamble + outputs[i]) for i in range(len(jobs))]
+
+
 # --------------------------------------------------------------------------------------------------
 # the subprocess side
 # --------------------------------------------------------------------------------------------------

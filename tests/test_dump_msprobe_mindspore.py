@@ -13,14 +13,12 @@ import csv
 import glob
 import json
 import os
-import subprocess
-import sys
 
 import mindspore as ms
 import numpy as np
 import pytest
 from mindspore import nn
-from msprobe_runs import _port_arrays, mindspore_dump
+from msprobe_runs import _port_arrays, mindspore_dump, msprobe_compare
 
 import nbdebug
 
@@ -123,29 +121,40 @@ def test_dump_entries_equal_msprobe(level, tmp_path):
         assert got["Cell.fc1.Dense.backward.0"]["output"] == [None]
 
 
-def _msprobe_compare(target: str, golden: str, out: str) -> list[dict]:
+COMPARE_CASES = [("statistics", "mix"), ("tensor", "L0"), ("tensor", "L1"), ("tensor", "mix")]
+
+
+@pytest.fixture(scope="module")
+def compares(tmp_path_factory) -> dict:
     """``msprobe compare -tp target -gp golden`` (its MindSpore compare: the dumps say ``framework``
-    ``mindspore``); the result rows."""
-    cli = os.path.join(os.path.dirname(sys.executable), "msprobe")
-    proc = subprocess.run([cli, "compare", "-tp", target, "-gp", golden, "-o", out], capture_output=True,
-                          text=True, timeout=300)
-    assert proc.returncode == 0 and "compare ends successfully" in proc.stdout + proc.stderr, \
-        proc.stdout[-3000:] + proc.stderr[-3000:]
+    ``mindspore``) of msProbe's dump and ours, each way round, for every case: ``{(task, level, way):
+    (exit code, output, out folder)}``. The eight compares run in one msProbe process (msprobe_runs)."""
+    root = tmp_path_factory.mktemp("msprobe_compare")
+    jobs = {}
+    for task, level in COMPARE_CASES:
+        mine = dump_ours(level, str(root / f"{task}_{level}_ours"), task)
+        (theirs_step,) = glob.glob(os.path.join(mindspore_dump(task, level, "port"), "dump", "step0"))
+        for way, (target, golden) in {"theirs": (theirs_step, mine), "ours": (mine, theirs_step)}.items():
+            jobs[(task, level, way)] = (target, golden, str(root / f"{task}_{level}_{way}"))
+    results = msprobe_compare(list(jobs.values()))
+    return {key: (code, output, job[2]) for (key, job), (code, output) in zip(jobs.items(), results, strict=True)}
+
+
+def _compare_rows(code: int, output: str, out: str) -> list[dict]:
+    """The result rows of one compare, which must have ended successfully."""
+    assert code == 0 and "compare ends successfully" in output, output[-6000:]
     (path,) = glob.glob(os.path.join(out, "compare_result_*.csv"))
     with open(path, newline="") as f:
         return list(csv.DictReader(f))
 
 
-@pytest.mark.parametrize(("task", "level"), [("statistics", "mix"), ("tensor", "L0"), ("tensor", "L1"),
-                                             ("tensor", "mix")])
-def test_msprobe_compare_of_the_two_dumps_passes(task, level, tmp_path):
+@pytest.mark.parametrize(("task", "level"), COMPARE_CASES)
+def test_msprobe_compare_of_the_two_dumps_passes(task, level, compares):
     """msProbe's own compare of its dump and ours, each way round: every row paired with the same name,
     ``pass``, no error message; tensors identical (cosine 1, no absolute error)."""
-    mine = dump_ours(level, str(tmp_path / "ours"), task)
-    (theirs_step,) = glob.glob(os.path.join(mindspore_dump(task, level, "port"), "dump", "step0"))
     names = []
-    for way, (target, golden) in {"theirs": (theirs_step, mine), "ours": (mine, theirs_step)}.items():
-        rows = _msprobe_compare(target, golden, str(tmp_path / way))
+    for way in ("theirs", "ours"):
+        rows = _compare_rows(*compares[(task, level, way)])
         names.append({r["NPU Name"] for r in rows})
         for r in rows:
             assert r["Bench Name"] == r["NPU Name"], (way, r)
