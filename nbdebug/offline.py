@@ -34,7 +34,6 @@ True
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -143,11 +142,10 @@ class OfflineSession(Reader, PanelOwner):
 
     @property
     def step_index(self) -> int:
-        """Deprecated: the step ``"current"`` means (:attr:`current_step`; the last step unless :meth:`goto`
-        chose another). A dump has no step in progress; this old name kept its offline meaning."""
-        warnings.warn("an offline session's step_index is current_step (the step in progress is "
-                      "session.step_index)", DeprecationWarning, stacklevel=2)
-        return self.current_step
+        """A dump has no step in progress (what ``step_index`` means on a live session): the step ``"current"``
+        means is :attr:`current_step`. Reading it raises ``AttributeError`` saying so."""
+        raise AttributeError("an offline session has no step in progress (step_index); the step 'current' "
+                             "means is current_step, the steps it holds are steps")
 
     @property
     def live(self) -> bool:

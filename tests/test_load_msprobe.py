@@ -152,6 +152,8 @@ def test_dump_root_step_and_rank_folders_and_json_file_all_load():
     assert nbdebug.load(root, steps=[1]).steps == [1]
     off = nbdebug.load(root)
     off.goto(0)
-    assert off.step_index == 0
+    assert off.current_step == 0
+    with pytest.raises(AttributeError, match="no step in progress.*current_step"):
+        off.step_index  # noqa: B018 - a dump has no step in progress
     assert off.stats("Functional.linear.0.forward", "output.0") == off.stats("Functional.linear.0.forward",
                                                                               "output.0", 0)

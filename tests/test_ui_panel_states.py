@@ -269,7 +269,7 @@ def test_offline_step_selector_switches_every_view(tmp_path):
         panel.watch.field("max_gt").value = "2"
         assert panel.watch.submit() is not None
         sel.value = 0  # the dropdown: every view follows
-        assert off.step_index == 0 and h.step.value == "0"
+        assert off.current_step == 0 and h.step.value == "0"
         assert off.stats(node, "output.0")["max"] == 1.0
         assert "2.5" not in panel.details.table.value and "0.5" in panel.details.table.value
         assert "0.5" in panel.tensor_view.stats.value

@@ -32,7 +32,6 @@ offline session loaded from a dump has the first group)::
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
@@ -92,11 +91,9 @@ class SessionSource(Reader):
 
     @property
     def step_index(self) -> int:
-        """Deprecated: the step "current" means (:attr:`current_step`). An offline source has no step in
-        progress; this old name kept its offline meaning."""
-        warnings.warn("an offline source's step_index is current_step (the step in progress is "
-                      "session.step_index)", DeprecationWarning, stacklevel=2)
-        return self.current_step
+        """An offline source has no step in progress: ``AttributeError`` naming :attr:`current_step`."""
+        raise AttributeError("an offline source has no step in progress (step_index); the step 'current' "
+                             "means is current_step")
 
     def goto(self, step: int) -> None:
         """Make ``step`` the "current" one."""
