@@ -26,6 +26,7 @@ from typing import Any
 
 import ipywidgets as w
 
+from .kit import Kit
 from .source import SourceView
 
 START_HINT = ("Training has not started. Run your training function under the debugger, e.g. "
@@ -69,6 +70,7 @@ class Controls:
         self.source = source
         self.selected = selected
         self.on_action = on_action
+        self._kit = Kit()  # the labels' and buttons' Layout and style models, shared
         self.step_count = w.BoundedIntText(value=1, min=1, max=10**9, description="steps",
                                            layout=w.Layout(width="150px"), style={"description_width": "40px"})
         self.step_count.add_class("nbdebug-step-count")
@@ -87,10 +89,10 @@ class Controls:
                                       lambda: self.source.command("next_node"))
         self.terminate.button_style = "danger"
         self.cont.button_style = "success"
-        self.status = w.HTML("")
+        self.status = self._kit.html()
         self.status.add_class("nbdebug-control-status")
         self.widget = w.VBox([
-            w.HTML("<b>Training control</b>"),
+            self._kit.html("<b>Training control</b>"),
             w.HBox([self.step_count, self.ok, self.cont, self.pause, self.terminate],
                    layout=w.Layout(flex_flow="row wrap")),
             w.HBox([self.run_to, self.next_node], layout=w.Layout(flex_flow="row wrap")),
@@ -101,7 +103,7 @@ class Controls:
         self.refresh()
 
     def _button(self, text: str, css: str, tooltip: str, action: Callable[[], Any]) -> w.Button:
-        b = w.Button(description=text, tooltip=tooltip, layout=w.Layout(width="auto"))
+        b = self._kit.button(text, tooltip, width="auto")
         b.add_class(css)
 
         def click(_b: Any) -> None:

@@ -28,6 +28,7 @@ import html
 from typing import Any
 
 import ipywidgets as w
+from ipywidgets.widgets.widget_string import HTMLStyle
 
 from ..watch.watchpoints import count_hits
 from .source import SourceView
@@ -86,10 +87,23 @@ _STATE_COLOURS = {
 }
 
 
-def _field(label: str, css: str) -> tuple[w.HTML, w.HBox]:
-    value = w.HTML("", layout=w.Layout(margin="0 12px 0 2px"))
+class _Shared:
+    """One Layout and one style model per kind of element, shared by the header's fields (a model each would be
+    most of the header's models over the websocket and in a saved notebook)."""
+
+    def __init__(self) -> None:
+        self.plain, self.value, self.box = w.Layout(), w.Layout(margin="0 12px 0 2px"), w.Layout()
+        self.style = HTMLStyle()
+
+    def html(self, value: str = "", layout: w.Layout | None = None) -> w.HTML:
+        return w.HTML(value, layout=layout if layout is not None else self.plain, style=self.style)
+
+
+def _field(label: str, css: str, kit: _Shared, toggled: bool = False) -> tuple[w.HTML, w.HBox]:
+    """A label and its value; ``toggled``: the box gets a Layout of its own (its display is switched)."""
+    value = kit.html(layout=kit.value)
     value.add_class(css)
-    box = w.HBox([w.HTML(f"<b>{html.escape(label)}</b>"), value])
+    box = w.HBox([kit.html(f"<b>{html.escape(label)}</b>"), value], layout=w.Layout() if toggled else kit.box)
     return value, box
 
 
@@ -98,24 +112,25 @@ class Header:
 
     def __init__(self, source: SourceView) -> None:
         self.source = source
-        self.framework, f1 = _field("Framework", "nbdebug-framework")
-        self.device, f2 = _field("Device", "nbdebug-device")
-        self.pid, f3 = _field("PID", "nbdebug-pid")
-        self.remote, self._remote_box = _field("Host", "nbdebug-remote")
+        kit = _Shared()
+        self.framework, f1 = _field("Framework", "nbdebug-framework", kit)
+        self.device, f2 = _field("Device", "nbdebug-device", kit)
+        self.pid, f3 = _field("PID", "nbdebug-pid", kit, toggled=True)
+        self.remote, self._remote_box = _field("Host", "nbdebug-remote", kit, toggled=True)
         if getattr(source.obj, "remote_info", None) is None:
             self._remote_box.layout.display = "none"
-        self.dump, self._dump_box = _field("Dump", "nbdebug-dump")
-        self.step, f4 = _field("Step", "nbdebug-step")
-        self.step_running = w.HTML("", layout=w.Layout(margin="0 12px 0 0"))
+        self.dump, self._dump_box = _field("Dump", "nbdebug-dump", kit, toggled=True)
+        self.step, f4 = _field("Step", "nbdebug-step", kit)
+        self.step_running = kit.html(layout=w.Layout(margin="0 12px 0 0"))
         self.step_running.add_class("nbdebug-step-running")
         f4.children = (*f4.children, self.step_running)
-        self.state, f5 = _field("State", "nbdebug-state")
-        self.hit_count, f6 = _field("Hits", "nbdebug-hit-count")
-        self.loss_scale, self._ls_box = _field("Loss scale", "nbdebug-loss-scale")
+        self.state, f5 = _field("State", "nbdebug-state", kit)
+        self.hit_count, f6 = _field("Hits", "nbdebug-hit-count", kit)
+        self.loss_scale, self._ls_box = _field("Loss scale", "nbdebug-loss-scale", kit, toggled=True)
         self._ls_box.layout.display = "none"
-        self.reason = w.HTML("")
+        self.reason = kit.html()
         self.reason.add_class("nbdebug-pause-reason")
-        self.failure = w.HTML("")
+        self.failure = kit.html()
         self.failure.add_class("nbdebug-failure")
         live = source.live
         if live:

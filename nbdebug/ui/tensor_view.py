@@ -25,6 +25,7 @@ from ..session.steps import resolve_step
 from .frontend import FrontendWidget
 from .heatmap_data import empty_message, heatmap_message, step_label
 from .hits import hit_text
+from .kit import Kit
 from .layout import node_class, short_label
 from .source import SourceView
 from .tensor_math import BOOL_FIELDS, STAT_FIELDS, compare, default_selection, fmt, stat_texts, stats_from
@@ -94,7 +95,8 @@ class TensorView:
         self._quiet = False
         #: node -> hit abbreviations drawn in the relationship diagram
         self.marks: dict[str, str] = {}
-        self.title = w.HTML("")
+        kit = Kit()  # the labels' Layout and style models, shared
+        self.title = kit.html()
         self.title.add_class("nbdebug-tensor-title")
         self.mode = w.ToggleButtons(options=[("Current step", "current"), ("Previous step", "previous"),
                                              ("Comparison", "compare")], value="current")
@@ -106,9 +108,9 @@ class TensorView:
         self.tolerance.observe(lambda ch: self.redraw(), names="value")
         self.slices = w.HBox([], layout=w.Layout(flex_flow="row wrap"))
         self.slices.add_class("nbdebug-slices")
-        self.slice_error = w.HTML("")
+        self.slice_error = kit.html()
         self.slice_error.add_class("nbdebug-slice-error")
-        self.error = w.HTML("")
+        self.error = kit.html()
         self.error.add_class("nbdebug-tensor-error")
         #: shown with a "not retained" error on a live source: keep the node's values from its next execution
         self.keep = w.Button(description="keep this node's values from its next execution",
@@ -123,11 +125,11 @@ class TensorView:
         #: column ("current", "previous", "difference") -> statistics shown (see tensor_math.stats_from)
         self.stat_columns: dict[str, dict[str, Any]] = {}
         self._reveal = False
-        self.table = w.HTML("")
+        self.table = kit.html()
         self.table.add_class("nbdebug-tensor-table")
-        self.stats = w.HTML("")
+        self.stats = kit.html()
         self.stats.add_class("nbdebug-tensor-stats")
-        self.hits = w.HTML("")
+        self.hits = kit.html()
         self.hits.add_class("nbdebug-tensor-hits")
         self.hops = w.BoundedIntText(value=1, min=1, max=5, description="hops", layout=w.Layout(width="120px"),
                                      style={"description_width": "40px"})
@@ -137,17 +139,17 @@ class TensorView:
         self.relations.add_class("nbdebug-tensor-graph")
         self.relations.handle("click", self._click_relation)
         self._rel_names: list[str] = []
-        self.close = w.Button(description="close", layout=w.Layout(width="auto"))
+        self.close = kit.button("close", width="auto")
         self.close.add_class("nbdebug-tensor-close")
         self.close.on_click(lambda _b: self.hide())
         left = w.VBox([self.stats, self.hits], layout=w.Layout(width="40%"))
         self._right = w.VBox([self.heatmap, self.table], layout=w.Layout(width="60%"))
         self._relations_box = w.VBox([self.relations])
         self.widget = w.VBox([
-            w.HBox([w.HTML("<b>Tensor view</b>&nbsp;"), self.title, self.close]),
+            w.HBox([kit.html("<b>Tensor view</b>&nbsp;"), self.title, self.close]),
             w.HBox([self.mode, self.tolerance], layout=w.Layout(flex_flow="row wrap")),
             self.slices, self.slice_error, self.error, self.keep, w.HBox([left, self._right]),
-            w.HBox([w.HTML("<b>Tensor relationships</b>&nbsp;"), self.hops]), self._relations_box,
+            w.HBox([kit.html("<b>Tensor relationships</b>&nbsp;"), self.hops]), self._relations_box,
         ], layout=w.Layout(display="none", border="1px solid #ccc", padding="4px"))
         self.widget.add_class("nbdebug-tensor-view")
 

@@ -30,6 +30,7 @@ from ..watch.conditions import CATEGORIES, CONDITIONS
 from ..watch.registry import TEMPORAL, TEMPORAL_CATEGORY
 from ..watch.validation import SERIES_FIELDS
 from ..watch.watchpoints import count_hits
+from .kit import Kit
 from .source import SourceView
 
 _CATEGORY_LABEL = {"tensor": "Tensor check", "weight": "Weight check", "gradient": "Gradient check",
@@ -152,13 +153,14 @@ class WatchPanel:
         self.job: Any = None
         self._sig: Any = None
         self._counts: dict[tuple[int, int, Any], int] = {}
-        self.add = _button("+", "nbdebug-wp-add", "new watchpoint")
-        self.recheck = _button("recheck", "nbdebug-wp-recheck", "check the current step again")
-        self.clear = _button("clear all", "nbdebug-wp-clear", "delete every watchpoint")
+        self._kit = kit = Kit()  # the labels' and buttons' Layout and style models, shared
+        self.add = _button(kit, "+", "nbdebug-wp-add", "new watchpoint")
+        self.recheck = _button(kit, "recheck", "nbdebug-wp-recheck", "check the current step again")
+        self.clear = _button(kit, "clear all", "nbdebug-wp-clear", "delete every watchpoint")
         self.add.on_click(lambda _b: self.open_form())
         self.recheck.on_click(lambda _b: self.do_recheck())
         self.clear.on_click(lambda _b: self.clear_all())
-        self.message = w.HTML("")
+        self.message = kit.html()
         self.message.add_class("nbdebug-wp-message")
         self.list = w.VBox([])
         self.list.add_class("nbdebug-wp-list")
@@ -167,14 +169,14 @@ class WatchPanel:
                                     layout=w.Layout(width="100%", max_width="420px"))
         self.condition.add_class("nbdebug-wp-condition")
         self.condition.observe(lambda ch: self._build_fields(), names="value")
-        self.summary = w.HTML("")
+        self.summary = kit.html()
         self.summary.add_class("nbdebug-wp-summary")
         self.params = w.VBox([], layout=w.Layout(width="100%"))
         self.params.add_class("nbdebug-wp-params")
         self.only_selected = w.Checkbox(value=False, description="only the selected node", indent=False)
         self.only_selected.add_class("nbdebug-wp-only-selected")
-        self.create = _button("OK", "nbdebug-wp-create", "create the watchpoint")
-        self.cancel = _button("cancel", "nbdebug-wp-cancel", "")
+        self.create = _button(kit, "OK", "nbdebug-wp-create", "create the watchpoint")
+        self.cancel = _button(kit, "cancel", "nbdebug-wp-cancel", "")
         self.create.button_style = "primary"
         self.create.on_click(lambda _b: self.submit())
         self.cancel.on_click(lambda _b: self.close_form())
@@ -189,7 +191,7 @@ class WatchPanel:
         self.form.add_class("nbdebug-wp-form")
         self.fields: dict[str, _Field] = {}
         self._build_fields()
-        self.widget = w.VBox([w.HBox([w.HTML("<b>Watchpoints</b>"), self.add, self.recheck, self.clear]),
+        self.widget = w.VBox([w.HBox([kit.html("<b>Watchpoints</b>"), self.add, self.recheck, self.clear]),
                               self.form, self.list, self.message])
         self.widget.add_class("nbdebug-watchpoints")
         self.refresh()
@@ -342,7 +344,7 @@ class WatchPanel:
             name = node.name
             pick.observe(lambda ch, wp=wp: self._set(wp, **({"add": name} if ch["new"] else {"remove": name})),
                          names="value")
-        delete = _button("✕", "nbdebug-wp-delete", "delete this watchpoint")
+        delete = _button(self._kit, "✕", "nbdebug-wp-delete", "delete this watchpoint")
         delete.on_click(lambda _b, wp=wp: self.delete(wp))
         row = w.HBox([enabled, label, pick, delete], layout=w.Layout(align_items="center", flex_flow="row wrap"))
         row.add_class("nbdebug-wp-row")
@@ -363,8 +365,8 @@ class WatchPanel:
         return [r for r in self.list.children if isinstance(r, w.HBox)]
 
 
-def _button(text: str, css: str, tooltip: str) -> w.Button:
-    b = w.Button(description=text, tooltip=tooltip, layout=w.Layout(width="auto"))
+def _button(kit: Kit, text: str, css: str, tooltip: str) -> w.Button:
+    b = kit.button(text, tooltip, width="auto")
     b.add_class(css)
     return b
 
