@@ -5,15 +5,12 @@ import csv
 import glob
 import math
 import os
-import subprocess
-import sys
 
 import pytest
-from msprobe_runs import torch_dump
+from msprobe_runs import msprobe_compare, torch_dump
 
 import nbdebug
 
-MSPROBE = os.path.join(os.path.dirname(sys.executable), "msprobe")
 METRICS = (("Cosine", "cosine"), ("EucDist", "euc_dist"), ("MaxAbsErr", "max_abs_err"),
            ("MaxRelativeErr", "max_rel_err"), ("One Thousandth Err Ratio", "one_thousandth"),
            ("Five Thousandths Err Ratio", "five_thousandths"))
@@ -23,10 +20,8 @@ def _step_dir(root: str, step: int = 0) -> str:
     return os.path.join(root, "dump", f"step{step}")
 
 
-def _msprobe_compare(target: str, golden: str, out: str) -> list[dict]:
-    proc = subprocess.run([MSPROBE, "compare", "-tp", target, "-gp", golden, "-o", out], capture_output=True,
-                          text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+def _rows(code: int, output: str, out: str) -> list[dict]:
+    assert code == 0, output[-4000:]
     (path,) = glob.glob(os.path.join(out, "compare_result_*.csv"))
     with open(path, newline="") as f:
         return list(csv.DictReader(f))
@@ -40,9 +35,19 @@ def _num(s: str) -> float | None:
 
 
 @pytest.fixture(scope="module")
-def tensor_pair(tmp_path_factory):
-    target, golden = _step_dir(torch_dump("tensor", "mix", "perturbed")), _step_dir(torch_dump("tensor", "mix"))
-    return target, golden, _msprobe_compare(target, golden, str(tmp_path_factory.mktemp("cmp_tensor")))
+def msprobe_pairs(tmp_path_factory) -> dict:
+    """``msprobe compare -tp target -gp golden`` of the tensor pair and of the statistics pair (one msProbe
+    process for both, msprobe_runs): ``{task: (target, golden, result rows)}``."""
+    pairs = {task: (_step_dir(torch_dump(task, "mix", "perturbed")), _step_dir(torch_dump(task, "mix")),
+                    str(tmp_path_factory.mktemp(f"cmp_{task}"))) for task in ("tensor", "statistics")}
+    done = msprobe_compare(list(pairs.values()))
+    return {task: (target, golden, _rows(*result, out))
+            for (task, (target, golden, out)), result in zip(pairs.items(), done, strict=True)}
+
+
+@pytest.fixture(scope="module")
+def tensor_pair(msprobe_pairs):
+    return msprobe_pairs["tensor"]
 
 
 def test_tensor_metrics_equal_msprobe_cli(tensor_pair):
@@ -71,10 +76,8 @@ def test_tensor_metrics_equal_msprobe_cli(tensor_pair):
     assert res.first_divergence is not None and res.first_divergence.node == "Parameter.fc2.weight"
 
 
-def test_statistics_differences_equal_msprobe_cli(tmp_path):
-    target = _step_dir(torch_dump("statistics", "mix", "perturbed"))
-    golden = _step_dir(torch_dump("statistics", "mix"))
-    theirs = _msprobe_compare(target, golden, str(tmp_path))
+def test_statistics_differences_equal_msprobe_cli(msprobe_pairs):
+    target, golden, theirs = msprobe_pairs["statistics"]
     res = nbdebug.compare(target, golden)
     ours = {r.name: r for r in res.rows}
     assert all(r.mode == "statistics" for r in res.rows)
