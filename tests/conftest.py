@@ -25,6 +25,9 @@ TIERS = {
     "subprocess": "starts processes: kernels, torchrun/msrun, scripts, JupyterLab, pip",
     "slow": "a module that takes ~20 s or more on a 2-core machine",
 }
+#: not a tier: what the numpy-2 run of ``make test`` (tests/torch_only.py) leaves to the main run
+OWN_ENVIRONMENT = ("own_environment: builds the environment it checks (a fresh venv from the base interpreter) and "
+                   "uses nothing of the one pytest runs in; the numpy-2 run does not repeat it")
 #: fixtures of tests/browser.py: a test using one is a browser test
 BROWSER_FIXTURES = frozenset({"lab_page", "nb_page", "chromium", "lab_server", "notebook_server",
                               "built_extension"})
@@ -36,6 +39,7 @@ STARTS_PROCESS = re.compile(r"subprocess\.(run|Popen|check_call|check_output)|Po
 def pytest_configure(config):
     for name, what in TIERS.items():
         config.addinivalue_line("markers", f"{name}: {what}")
+    config.addinivalue_line("markers", OWN_ENVIRONMENT)
     if config.getoption("numprocesses", None) and not hasattr(config, "workerinput"):
         # the controller of a pytest-xdist run, before its workers start (they inherit the environment):
         # the msProbe dumps of tests/msprobe_runs.py go to one folder, made once whichever worker asks first

@@ -79,6 +79,7 @@ def _major(version: str) -> int:
     return int(version.split(".")[0])
 
 
+@pytest.mark.own_environment  # a venv of its own, from the base interpreter: run once, by the main run
 def test_pip_install_keeps_numpy_2_and_the_mindspore_extra_brings_numpy_1(numpy2_venv, tmp_path):
     py, src = numpy2_venv
     have = _run([py, "-c", "import numpy; print(numpy.__version__)"]).stdout.strip()

@@ -22,6 +22,7 @@ from pathlib import Path
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
 _excluded: dict[str, str] = {}
+_left_to_main: list[str] = []
 
 
 def _imported(tree: ast.AST, top_level_only: bool) -> set[str]:
@@ -92,7 +93,18 @@ def pytest_ignore_collect(collection_path: Path, config):
     return None
 
 
+def pytest_collection_modifyitems(config, items):
+    """A test marked ``own_environment`` (tests/conftest.py) builds the environment it checks and uses nothing
+    of this one: its result here would be the main run's, so it is left to the main run (and named)."""
+    own = [item for item in items if item.get_closest_marker("own_environment")]
+    if own:
+        _left_to_main.extend(item.nodeid for item in own)
+        config.hook.pytest_deselected(items=own)
+        items[:] = [item for item in items if not item.get_closest_marker("own_environment")]
+
+
 def pytest_report_collectionfinish(config, start_path, items):
     wants = sorted(set(v for m in _excluded.values() for v in m.split(", ")))
     return (f"torch_only: {len(_excluded)} modules not collected, they import what this environment lacks "
-            f"({', '.join(wants) or 'nothing'}): {', '.join(sorted(_excluded)) or 'none'}")
+            f"({', '.join(wants) or 'nothing'}): {', '.join(sorted(_excluded)) or 'none'}; "
+            f"left to the main run (own_environment): {', '.join(_left_to_main) or 'none'}")
