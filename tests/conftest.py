@@ -33,7 +33,8 @@ BROWSER_FIXTURES = frozenset({"lab_page", "nb_page", "chromium", "lab_server", "
                               "built_extension"})
 #: what in a test module's source starts a process
 STARTS_PROCESS = re.compile(r"subprocess\.(run|Popen|check_call|check_output)|Popen\(|KernelManager\(|"
-                            r"NotebookClient\(|multiprocessing|from remote_procs import|from msprobe_runs import")
+                            r"NotebookClient\(|multiprocessing|"
+                            r"from (remote_procs|msprobe_runs|interchange_runs) import")
 
 
 def pytest_configure(config):

@@ -11,6 +11,8 @@ from msprobe_runs import msprobe_compare, torch_dump
 
 import nbdebug
 
+pytestmark = pytest.mark.slow  # four msProbe dumps and its compare in subprocesses (~60 s)
+
 METRICS = (("Cosine", "cosine"), ("EucDist", "euc_dist"), ("MaxAbsErr", "max_abs_err"),
            ("MaxRelativeErr", "max_rel_err"), ("One Thousandth Err Ratio", "one_thousandth"),
            ("Five Thousandths Err Ratio", "five_thousandths"))

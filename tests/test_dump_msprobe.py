@@ -18,6 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
+pytestmark = pytest.mark.slow  # msProbe and nbdebug dumps and msProbe's compare in subprocesses (~40 s)
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VENV_BIN = os.path.dirname(sys.executable)
 MSPROBE_CLI = os.path.join(VENV_BIN, "msprobe")

@@ -22,7 +22,7 @@ from msprobe_runs import _port_arrays, mindspore_dump, msprobe_compare
 
 import nbdebug
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # msProbe and nbdebug dumps, msProbe's compare
 
 
 class PortNet(nn.Cell):  # msprobe_runs' PortNet ("port" variant)

@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 import tomllib
 
+pytestmark = pytest.mark.slow  # a fresh venv and two pip resolutions (~75 s)
+
 REPO = Path(__file__).resolve().parents[1]
 IGNORE = shutil.ignore_patterns(".git", ".venv*", "node_modules", "build", "dist", "*.egg-info", "__pycache__",
                                 "artifacts", ".pytest_cache", ".ruff_cache", "lib", "*.so", "labextension",

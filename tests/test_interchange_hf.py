@@ -24,6 +24,8 @@ import os
 import pytest
 from interchange_runs import run_scripts, step_data
 
+pytestmark = pytest.mark.slow  # its set-up: seven training runs of HF models in subprocesses (~75 s on 2 cores)
+
 SCRIPT = r'''
 import json, os, sys
 import torch

@@ -25,6 +25,8 @@ import pytest
 import torch
 from interchange_runs import run_scripts, step_data
 
+pytestmark = pytest.mark.slow  # its set-up: nine training runs in subprocesses (~65 s on 2 cores)
+
 SCRIPT = r'''
 import json, os, sys
 import torch, torch.nn as nn, torch.nn.functional as F

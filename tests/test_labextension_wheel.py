@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 from jupyterlab import __version__ as JUPYTERLAB_VERSION  # the clean venv gets the same JupyterLab
 
+pytestmark = pytest.mark.slow  # a wheel built and installed with JupyterLab in a fresh venv (~60 s)
+
 REPO = Path(__file__).resolve().parents[1]
 BUILD = REPO / "nbdebug" / "labextension"
 FRONTEND = REPO / "nbdebug" / "ui" / "static" / "nbdebug-ui.js"
