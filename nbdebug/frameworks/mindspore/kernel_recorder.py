@@ -122,12 +122,15 @@ class _KernelPlan:
     """How one kernel of one graph run is recorded, whatever the values: its node's name, the parameters,
     inputs and constants it consumes first (``(slot, node, source, dtype key, device dtype)``) and its slots
     in order (``(slot, source kind, (producer node, slot) or None, dumped, output, dtype key, device
-    dtype)``)."""
+    dtype, (node, slot))``)."""
 
-    __slots__ = ("name", "sources", "slots", "stack")
+    __slots__ = ("name", "sources", "slots", "stack", "files")
 
-    def __init__(self, name: str, sources: list[tuple], slots: list[tuple], stack: Callable[[], list[str]]) -> None:
+    def __init__(self, name: str, sources: list[tuple], slots: list[tuple], stack: Callable[[], list[str]],
+                 files: frozenset[str]) -> None:
         self.name, self.sources, self.slots, self.stack = name, sources, slots, stack
+        #: the kernel's file keys (dumped slots and their dtypes) the plan was made for
+        self.files = files
 
 
 class RunRecorder:
@@ -157,7 +160,7 @@ class RunRecorder:
         #: ``{path: (row in :attr:`buf`, dtype, shape, size, nbytes, why) | None}`` of the call being recorded:
         #: each file is read once, for pairing (its statistics) and for its slots
         self._stats: dict[str, tuple | None] = {}
-        #: ``{(graph id, repetition, kernel, its dumped slots): plan}`` (:meth:`_plan`)
+        #: ``{(graph id, repetition, kernel): plan}`` (:meth:`_plan`), each for the file keys it was made for
         self._plans: dict[tuple, _KernelPlan] = {}
 
     def new_step(self) -> None:
@@ -309,7 +312,7 @@ class RunRecorder:
 
     def _plan(self, st: _RunState, k: Kernel, kfiles: dict[str, str], key: tuple) -> _KernelPlan:
         """What recording ``k`` does whatever the values (its node's name, where each slot comes from), worked
-        out once per graph, repetition and set of dumped slots (:class:`_KernelPlan`)."""
+        out once per graph, repetition and set of file keys (:class:`_KernelPlan`)."""
         kg = st.kg
         name = self._run_name(st, k.name)
         sources = []
@@ -332,15 +335,18 @@ class RunRecorder:
                 link = (self._run_name(st, src[1]), src[2]) if src[0] == "kernel" else \
                     self._source_name(kg, src, k, slot)
             plan_slots.append((slot, mode, link, slot in kfiles, slot.startswith("output"), "__dtype__." + slot,
-                               k.device_dtypes.get(slot)))
-        plan = self._plans[key] = _KernelPlan(name, sources, plan_slots, lambda stk=k.stack: list(stk))
+                               k.device_dtypes.get(slot), (name, slot)))
+        plan = self._plans[key] = _KernelPlan(name, sources, plan_slots, lambda stk=k.stack: list(stk),
+                                              frozenset(kfiles))
         return plan
 
     def _record_kernel(self, states: list[_RunState], st: _RunState, k: Kernel, kfiles: dict[str, str]) -> None:
         s = self.session
         kg = st.kg
-        key = (kg.graph_id, st.rep, k.name, frozenset(kfiles))
-        plan = self._plans.get(key) or self._plan(st, k, kfiles, key)
+        pkey = (kg.graph_id, st.rep, k.name)
+        plan = self._plans.get(pkey)
+        if plan is None or kfiles.keys() != plan.files:  # the same keys every step: compared, no set made
+            plan = self._plan(st, k, kfiles, pkey)
         name = plan.name
         produced = st.produced
         # parameters, inputs and constants first consumed here execute just before it
@@ -350,8 +356,9 @@ class RunRecorder:
                 snode = self._source_node(kg, src, k, slot)
                 entry = self._load(kfiles[slot], kfiles.get(dkey, ""), device)
                 if entry is not None:
-                    self._put(snode, "output.0", entry)
-                    produced[(sname, "output.0")] = entry
+                    key = (sname, "output.0")
+                    self._put(snode, key, entry)
+                    produced[key] = entry
                 self.emit(snode)
         node = s.node(name, kind="op", op_type=k.op_type, scope=k.scope, section=k.section, stack=plan.stack)
         node.graph = kg.file  # type: ignore[attr-defined]  # the panel's graph filter
@@ -359,13 +366,13 @@ class RunRecorder:
         unfilled = self.unfilled.get(k.op_type, ())
         first = st.first
         put = self._put
-        for slot, mode, link, dumped, output, dkey, device in plan.slots:
+        for slot, mode, link, dumped, output, dkey, device, key in plan.slots:
             if slot in unfilled and dumped:
                 entry = self._load(kfiles[slot], kfiles.get(dkey, ""), device, UNFILLED_REASON.format(op=k.op_type))
                 if entry is not None:
                     self._unwritten.add(id(entry))
-                    put(node, slot, entry)
-                    produced[(name, slot)] = entry
+                    put(node, key, entry)
+                    produced[key] = entry
                 continue
             entry = None
             if mode is _LINK:
@@ -385,9 +392,9 @@ class RunRecorder:
                 entry = self._load(kfiles[slot], kfiles.get(dkey, ""), device, doubt)
                 if entry is None:
                     continue
-            put(node, slot, entry)
+            put(node, key, entry)
             if output:
-                produced[(name, slot)] = entry
+                produced[key] = entry
         self.emit(node)
 
     def _run_name(self, st: _RunState, kernel: str) -> str:
@@ -440,10 +447,11 @@ class RunRecorder:
         handle = NpyRef(path, nbytes) if self.retain else None
         return row, name, shape, size, why, handle, path, False
 
-    def _put(self, node: Any, slot: str, entry) -> None:
+    def _put(self, node: Any, key: tuple[str, str], entry) -> None:
+        """Show ``entry`` (:meth:`_load`) as ``node``'s slot; ``key``: ``(node name, slot)``."""
         row, dtype, shape, count, why, handle, path, misdumped = entry
         s = self.session
-        key = (node.name, slot)
+        slot = key[1]
         if not misdumped:
             self.files[key] = (path, shape, dtype)
         i = s.recorder.add(key, row, dtype, shape, count)
