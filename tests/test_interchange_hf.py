@@ -100,7 +100,8 @@ RUNS = [("msprobe", "t5", "L0"), ("nbdebug", "t5", "L0"), ("plain", "t5", "L0"),
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    return run_scripts(tmp_path_factory.mktemp("interchange_hf"), SCRIPT, RUNS)
+    return run_scripts(tmp_path_factory.mktemp("interchange_hf"), SCRIPT, RUNS,
+                       imports=("transformers.models.t5.modeling_t5", "transformers.models.gpt2.modeling_gpt2"))
 
 
 def _norm(entry: dict, side: str, i: int) -> float | None:
