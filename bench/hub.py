@@ -102,8 +102,10 @@ def _rank_loop(address: str, token: str, ranks: list[int], world: int, rows: int
         for s, _ev in poller.poll(max(0, int((next_step - time.monotonic()) * 1000))):
             r = by_sock[s]
             head, _ = P.decode(s.recv_multipart())
-            if head["type"] == "welcome":
+            if head["type"] == "welcome":  # then its state, as an agent's sync and state follow a welcome
                 summary[r] = head.get("detail") == "summary"
+                s.send_multipart(P.encode({"type": "state", "state": "paused" if paused[r] else "running",
+                                           "step_index": steps[r]}))
             if head["type"] != "request":
                 continue
             op, args = head["op"], head.get("args", {})

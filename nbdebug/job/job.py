@@ -284,7 +284,7 @@ class Job:
     def _unsettled(self, rank: Any, step: int) -> bool:
         """True while ``rank`` runs and has not reported ``step`` yet (still in it, or its summary on the way)."""
         view = self._views.get(rank)
-        return (view is not None and view.live and view.state in ("running", "idle")
+        return (view is not None and view.live and view.state in ("running", "idle", "connecting")
                 and view.running_step <= step + 1)
 
     def origins(self, step: int) -> dict[int, NonFinite | None]:
@@ -382,7 +382,8 @@ class Job:
         while True:
             views = [v for v in self._views.values() if v.live]
             paused = {v.running_step for v in views if v.state == "paused"}
-            if self._joined() and not any(v.state in ("running", "idle") for v in views) and len(paused) <= 1:
+            unsettled = ("running", "idle", "connecting")  # connecting: its state is on the way
+            if self._joined() and not any(v.state in unsettled for v in views) and len(paused) <= 1:
                 break
             if end is not None and time.monotonic() >= end:
                 break

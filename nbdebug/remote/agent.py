@@ -239,9 +239,11 @@ class Agent:
                     self._resync_due = False
                     self._sync()
         elif self.status == "hello" and now - self._hello_at > HELLO_TIMEOUT:
-            self._drop_socket(now)
+            self._drop_socket(now)  # no connection within HELLO_TIMEOUT, or no answer that long after the hello
         elif self.status == "hello" and not self._hello_sent:
             self._hello_sent = self.pump.send_now(self._hello_parts)  # once the TCP connection is up
+            if self._hello_sent:  # the notebook gets its full time to answer (not what the connection took)
+                self._hello_at = now
         elif self.status in ("connecting", "refused") and now >= self._next_try:
             self._hello(now)
         self._pause_watchdog(now)
@@ -323,6 +325,7 @@ class Agent:
             self._backoff = BACKOFF[0]
             self._lost_since = None
             self.dbg.pausing = True  # someone can resume a pause again
+            self._resync_due = False  # the full sync follows now (one scheduled while away would redo it)
             self._job_watches(head.get("watch"))
             with self._lock:
                 self.summary_mode, self._full = head.get("detail") == "summary", False

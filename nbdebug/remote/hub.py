@@ -39,6 +39,7 @@ import zmq
 from ..control import EventHub
 from ..job.job import rank_order
 from . import protocol as P
+from .absent import AbsentProcesses
 from .source import REQUEST_TIMEOUT, RemoteSource
 from .transport import Pump
 
@@ -60,7 +61,7 @@ SEND_QUEUE = 1 << 16
 _PONG = P.encode({"type": "pong"})  # the same bytes every time: encoded once
 
 
-class Listener:
+class Listener(AbsentProcesses):
     """Accepts training processes and keeps one :class:`RemoteSource` per process."""
 
     def __init__(self, port: int = 0, host: str = "127.0.0.1", *, token: str | None = None,
@@ -89,8 +90,13 @@ class Listener:
         self._pausing = threading.RLock()
         #: the boundary the last pause_all set, until a cont_all / terminate_all (:meth:`_paused_short`)
         self._pause_target: int | None = None
-        #: what went wrong in group control and was not the answer to a call (a line-up that timed out)
+        #: what went wrong in group control and was not the answer to a call (a line-up that timed out, a
+        #: command that some process of the job could not get when it was given)
         self.notice = ""
+        #: the latest group command ``(generation, op, argument)``, for the processes that were connecting or
+        #: away when it was given (:meth:`_intend`)
+        self._intent: tuple[int, str, Any] | None = None
+        self._generation = 0
         self._by_ident: dict[bytes, RemoteSource] = {}
         self._pending: dict[int, list[Any]] = {}  # request id -> [event, reply header, frames]
         self._ids = itertools.count(1)
@@ -144,11 +150,16 @@ class Listener:
 
     # -- the processes --------------------------------------------------------------------------------
     def live(self) -> list[RemoteSource]:
-        """The processes connected now (not finished, not disconnected)."""
-        return [s for s in list(self.sources.values()) if s.connected]
+        """The processes connected now whose state has arrived on their connection (not finished, not
+        disconnected, not still ``connecting``): what a command reaches at once."""
+        return [s for s in list(self.sources.values()) if s.connected and s.synced]
 
     def live_count(self) -> int:
         return len(self.live())
+
+    def joined_count(self) -> int:
+        """The processes connected now, their state arrived or still on its way (``connecting``)."""
+        return sum(1 for s in list(self.sources.values()) if s.connected)
 
     def wait_for(self, n: int = 1, timeout: float | None = 60.0) -> dict[int | str, RemoteSource]:
         """Wait until ``n`` processes are connected; returns :attr:`sources` (``TimeoutError`` if not)."""
@@ -180,7 +191,7 @@ class Listener:
             return self._job
 
     # -- group control --------------------------------------------------------------------------------
-    def pause_all(self) -> int:
+    def pause_all(self) -> int | None:
         """Pause every connected process at one step boundary S, the earliest every one of them can still
         reach: the end of the step the furthest process is in (as last heard here). A process found past S
         (it finished that step before the request came, or paused by itself at a later boundary) moves S to
@@ -191,11 +202,20 @@ class Listener:
         where it will stop); when S moves, the processes not yet bound for the new S are asked again (one
         round more at most: every process is armed by then). One that answered "running, in step S+1" while
         it was still ending step S pauses at S after all: its ``state`` message says so and it is resumed up
-        to S then (:meth:`_paused_short`)."""
+        to S then (:meth:`_paused_short`). A process still connecting or away pauses when it is back
+        (:meth:`_intend`); None when no process is connected now and some will be back."""
         with self._pausing:
-            live = self.live()
+            self._settle()
+            live = self._intend("pause", None)
             if not live:
+                if self._intent_owed():
+                    return None  # they pause when they are back (_deliver_owed)
                 raise RuntimeError("no process is connected")
+            return self._pause_live(live)
+
+    def _pause_live(self, live: list[RemoteSource]) -> int:
+        """:meth:`pause_all`'s work on the processes ``live``; returns the boundary."""
+        with self._pausing:
             target = max(s.session.step_index - (str(s.state) == "paused" and s.current_node is None)
                          for s in live)
             lands: dict[int, int | None] = {}  # id(source) -> the boundary it stops at (None: paused short)
@@ -247,13 +267,17 @@ class Listener:
         first, on every process: a continue means until a hit or the end (or ``steps``) for all of them."""
         with self._pausing:
             self._pause_target = None
-        live = self.live()
+        self._settle()
+        live = self._intend("cont", steps)
         self.request_all(live, "pause_at_step", {"step": None})
         self.request_all([s for s in live if str(s.state) == "paused"], "cont", {"steps": steps})
 
     def terminate_all(self) -> None:
+        """End every process of the job: the connected ones now, one still connecting or away when its state
+        arrives (within :data:`~nbdebug.remote.absent.OWED_S`)."""
         self._pause_target = None
-        self.request_all(self.live(), "terminate", {})
+        self._settle()
+        self.request_all(self._intend("terminate", None), "terminate", {})
 
     def line_up(self, timeout: float = 60.0) -> int | None:
         """Bring every connected process to one step boundary after one paused there by itself (a watchpoint
@@ -339,7 +363,7 @@ class Listener:
         try:
             for src in sources:
                 rid = next(self._ids)
-                slot: list[Any] = [threading.Event(), None, [], rid, src]
+                slot: list[Any] = [threading.Event(), None, [], rid, src, op]
                 with self._lock:
                     self._pending[rid] = slot
                 slots.append(slot)
@@ -382,6 +406,8 @@ class Listener:
             if not src.connected:
                 src.connected = True
                 src.hub.emit("state", src.state)
+                if src.synced:  # back on the same connection: what it missed meanwhile
+                    self._deliver_owed(src)
         elif kind == "reply":
             with self._lock:
                 slot = self._pending.get(head.get("re"))
@@ -389,11 +415,15 @@ class Listener:
                 slot[1], slot[2] = head, frames
                 slot[0].set()
         elif kind in P.AGENT_TYPES:
+            was_synced = src.synced
             src.apply(head, frames)
             if kind == "state":
+                if not was_synced:  # its first state on this connection: a group command it missed
+                    self._deliver_owed(src)
                 self._paused_alone(src)
                 self._paused_short(src)
             if kind == "bye":
+                self._fail_pending(src, f"ended ({src.state})")
                 self._by_ident.pop(ident, None)
                 self.hub.emit("state", "bye")
 
@@ -416,6 +446,7 @@ class Listener:
         if src is not None and (src.info.get("pid"), src.info.get("host")) == (head.get("pid"), head.get("host")):
             for old in [i for i, s in self._by_ident.items() if s is src]:
                 del self._by_ident[old]
+            self._fail_pending(src, "reconnected")
             src.ident = ident
             src.connects += 1
         else:
@@ -433,6 +464,7 @@ class Listener:
         last = src.session.monitor.last_step  # the monitor rows it lacks follow the sync (a new source: all)
         welcome["monitor_from"] = 0 if last is None else int(last) + 1
         src.connected = True
+        src.synced = False  # until its state arrives (after its sync): "connecting", not yet live
         src.last_heard = time.monotonic()
         self._by_ident[ident] = src
         self.pump.send_now([ident, *P.encode(welcome)])
@@ -454,6 +486,7 @@ class Listener:
         for src in list(self._by_ident.values()):
             if src.connected and now - src.last_heard > LOST_AFTER:
                 src.connected = False
+                self._fail_pending(src, f"said nothing for {LOST_AFTER:g} s")
                 src.hub.emit("state", src.state)
                 self.hub.emit("state", "lost")
 

@@ -63,6 +63,13 @@ class RemoteSource(Reader):
         self.check = hello.get("check")
         self.closed = False  # a remote process is never "closed" from here; it ends or disconnects
         self.connected = True
+        #: False from a hello until the process's first ``state`` message on that connection (its ``sync``
+        #: comes first): meanwhile :attr:`state` says ``connecting``, not a state it may not be in, and the
+        #: listener does not count the process as live (group commands wait for it: ``Listener.live``)
+        self.synced = False
+        #: the listener's group command (its generation) this process still has to get when its state arrives
+        #: (it was connecting or away when the command was given), and until when (``Listener._owe``)
+        self.owed: tuple[int, float] | None = None
         self.connects = 1
         self.last_heard = time.monotonic()
         self._state = "idle"
@@ -112,11 +119,14 @@ class RemoteSource(Reader):
 
     @property
     def state(self) -> State | str:
-        """The process's training state; ``disconnected`` while it is away (it may come back)."""
+        """The process's training state; ``disconnected`` while it is away (it may come back), ``connecting``
+        from its hello until its state arrives (what the notebook held before is not shown as true)."""
         if self._ended is not None:
             return State(self._ended) if self._ended in State._value2member_map_ else self._ended
         if not self.connected:
             return "disconnected"
+        if not self.synced:
+            return "connecting"
         return State(self._state) if self._state in State._value2member_map_ else self._state
 
     @property
@@ -253,7 +263,7 @@ class RemoteSource(Reader):
     def wait(self, timeout: float | None = None, until: Any = None) -> Any:
         """Block until the process is paused or over, or disconnected (or ``timeout`` seconds)."""
         end = None if timeout is None else time.monotonic() + timeout
-        done = until or (lambda s: str(s.state) != "running" and str(s.state) != "idle")
+        done = until or (lambda s: str(s.state) not in ("running", "idle", "connecting"))
         while not done(self):
             if end is not None and time.monotonic() >= end:
                 break
@@ -261,10 +271,10 @@ class RemoteSource(Reader):
         return self.state
 
     def _grouped(self) -> bool:
-        return self._listener.live_count() > 1
+        return self._listener.joined_count() > 1
 
     def _single(self, what: str) -> None:
-        n = self._listener.live_count()
+        n = self._listener.joined_count()
         if n > 1:
             raise RuntimeError(f"{what}: node-level control needs exactly one process, and {n} are connected "
                                "(ranks of a job would block each other in their collectives); use pause, "
@@ -360,6 +370,7 @@ class RemoteSource(Reader):
         self.session.step_index = max(self.session.step_index, int(head.get("step_index", 0)))
         hit = self.apply_hits(head.get("hits"))
         self._state = str(head.get("state", "running"))
+        self.synced = True
         self.current_node = head.get("current_node")
         self.pause_reason = str(head.get("pause_reason") or "")
         failed = head.get("error") and head.get("error") != self.error
