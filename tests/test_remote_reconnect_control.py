@@ -8,6 +8,10 @@ kernel restarts mid-run — is shown and controlled as it is, not as a fresh lis
 * a group command issued while a rank is still connecting (``job.pause()`` at its hello) is not lost: the
   rank gets it when its state arrives (the listener's ``notice`` says so) and both ranks pause at one step
   boundary; ``job.terminate()`` then ends both.
+
+Then the same rules at the protocol level, with processes played by raw sockets (deterministic, fast): a
+group command given while one is connecting reaches it after its state, ranks that never connected are
+named, and a request a process will not answer (it reconnected) fails at once instead of after its time-out.
 """
 
 from __future__ import annotations
@@ -18,7 +22,9 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 
+import pytest
 import torch  # noqa: F401 - the job runs torch.distributed in its processes (tests/torch_only.py reads this)
 import zmq  # noqa: F401 - the listener needs ZeroMQ
 from ranks_checks import free_port
@@ -26,6 +32,7 @@ from remote_procs import ROOT, SCRIPTS, until
 
 import nbdebug
 from nbdebug.remote import absent
+from nbdebug.remote import protocol as P
 
 
 @contextlib.contextmanager
@@ -114,3 +121,99 @@ def test_a_job_reconnected_to_a_new_listener_shows_its_state_and_obeys_it(tmp_pa
     finally:
         for listener in listeners:
             listener.close()
+
+
+class Rank:
+    """A rank played by a raw DEALER socket speaking the protocol."""
+
+    def __init__(self, ctx, listener, rank, world=2, pid=None):
+        self.sock = ctx.socket(zmq.DEALER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.connect(f"tcp://{listener.address}")
+        self.hello = {"type": "hello", "token": listener.token, "pid": pid or 1000 + rank, "host": "h", "rank": rank,
+                      "world_size": world, "framework": "pytorch"}
+
+    def send(self, head):
+        self.sock.send_multipart(P.encode(head))
+
+    def recv(self, timeout=10.0):
+        assert self.sock.poll(int(timeout * 1000)), "nothing from the listener"
+        return P.decode(self.sock.recv_multipart())[0]
+
+    def connect(self, state=None, step=7):
+        self.send(self.hello)
+        assert self.recv()["type"] == "welcome"
+        if state is not None:
+            self.send({"type": "sync", "graph": {}, "watchpoints": [], "hits": [], "step_index": step})
+            self.send({"type": "state", "state": state, "step_index": step})
+
+
+@pytest.fixture
+def ctx():
+    context = zmq.Context()
+    yield context
+    context.destroy(0)
+
+
+def test_a_command_given_while_a_rank_connects_reaches_it_after_its_state(ctx, monkeypatch):
+    monkeypatch.setattr(absent, "CONNECTING_WAIT_S", 0.0)
+    with nbdebug.listen(quiet=True) as listener:
+        r0, r1 = Rank(ctx, listener, 0), Rank(ctx, listener, 1)
+        r0.connect("running")
+        until(lambda: listener.live_count() == 1, 10, "rank 0 live")
+        r1.connect()  # hello and welcome; its state not yet
+        src = listener.sources[1]
+        assert str(src.state) == "connecting" and listener.live() == [listener.sources[0]]
+        assert listener.joined_count() == 2
+        job = listener.job
+        thread = threading.Thread(target=job.terminate)
+        thread.start()
+        head = r0.recv()
+        assert (head["type"], head["op"]) == ("request", "terminate")
+        r0.send({"type": "reply", "re": head["id"], "ok": True, "result": None})
+        thread.join(10)
+        assert "process 1 is connecting or away" in listener.notice
+        assert not r1.sock.poll(300)  # nothing sent to it before its state
+        r1.send({"type": "sync", "graph": {}, "watchpoints": [], "hits": [], "step_index": 7})
+        r1.send({"type": "state", "state": "running", "step_index": 7})
+        head = r1.recv()
+        assert (head["type"], head["op"]) == ("request", "terminate")
+        assert str(src.state) == "running" and src.step_index == 7
+
+
+def test_ranks_that_never_connected_are_named(ctx, monkeypatch):
+    monkeypatch.setattr(absent, "CONNECTING_WAIT_S", 0.0)
+    with nbdebug.listen(quiet=True) as listener:
+        r0 = Rank(ctx, listener, 0, world=3)
+        r0.connect("running")
+        until(lambda: listener.live_count() == 1, 10, "rank 0 live")
+        with pytest.warns(RuntimeWarning, match="ranks 1, 2 of the job never connected here"):
+            threading.Thread(target=lambda: r0.send({"type": "reply", "re": r0.recv()["id"], "ok": True}),
+                             daemon=True).start()
+            listener.terminate_all()
+
+
+def test_a_request_to_a_process_that_reconnects_fails_at_once(ctx):
+    with nbdebug.listen(quiet=True) as listener:
+        old = Rank(ctx, listener, 0, world=1)
+        old.connect("paused")
+        until(lambda: listener.live_count() == 1, 10, "the process live")
+        src = listener.sources[0]
+        failed = []
+
+        def ask():
+            try:
+                src.tensor("n", "output.0")
+            except RuntimeError as e:
+                failed.append((time.monotonic(), str(e)))
+
+        thread = threading.Thread(target=ask)
+        thread.start()
+        assert old.recv()["op"] == "tensor"  # asked; it goes away before answering and comes back
+        new = Rank(ctx, listener, 0, world=1)
+        at = time.monotonic()
+        new.connect("paused")
+        thread.join(10)
+        assert failed and failed[0][0] - at < 5, failed  # not the request's 30 s time-out
+        assert "tensor: process 0 reconnected before answering" in failed[0][1]
+        until(lambda: str(src.state) == "paused", 10, "its state again")
