@@ -29,21 +29,21 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: what the runs of each tool (a key's first word) import anyway: imported once, in the parent of its runs
 TOOL_IMPORTS = {"msprobe": ("torch", "msprobe.pytorch"), "nbdebug": ("torch", "nbdebug"), "plain": ("torch",)}
 
-#: the parent of one tool's runs: ``python -c FORK_PARENT imports script jobs``, one job ``[args..., log]``
-#: after the other, each in a forked child; the children's exit codes, one a line
+#: the parent of one tool's runs: ``python -c FORK_PARENT imports jobs``, one job ``[script, args..., log]``
+#: after the other, each in a forked child; the children's exit codes, one a line (``exit N``)
 FORK_PARENT = r"""
 import atexit, json, os, runpy, sys, traceback
-imports, script, jobs = json.loads(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3])
+imports, jobs = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 for name in imports:
     __import__(name)
 assert len(os.listdir("/proc/self/task")) == 1, "a thread before fork"
-sys.path[0] = os.path.dirname(script)  # as for `python script.py`
-for *args, log in jobs:
+for script, *args, log in jobs:
     sys.stdout.flush(); sys.stderr.flush()
     pid = os.fork()
     if pid == 0:
         fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(fd, 1); os.dup2(fd, 2); os.close(fd)
+        sys.path[0] = os.path.dirname(script)  # as for `python script.py`
         sys.argv, code = [script, *args], 0
         try:
             runpy.run_path(script, run_name="__main__")
@@ -57,7 +57,7 @@ for *args, log in jobs:
         finally:
             sys.stdout.flush(); sys.stderr.flush()
             os._exit(code)
-    print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
+    print("exit", os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
 """
 
 
@@ -74,8 +74,8 @@ def run_scripts(root: Path, script: str, runs: list[tuple[str, ...]], imports: t
     by_tool: dict[str, list[tuple[str, ...]]] = {}
     for key in runs:
         by_tool.setdefault(key[0], []).append(key)
-    codes = run_forked(path, {tool: (TOOL_IMPORTS.get(tool, ()) + tuple(imports),
-                                     [[*key, outs[key], outs[key] + ".log"] for key in keys])
+    codes = run_forked({tool: (TOOL_IMPORTS.get(tool, ()) + tuple(imports),
+                                     [[str(path), *key, outs[key], outs[key] + ".log"] for key in keys])
                               for tool, keys in by_tool.items()}, cwd=root)
     for key in runs:
         log = Path(outs[key] + ".log").read_text(errors="replace")
@@ -83,19 +83,18 @@ def run_scripts(root: Path, script: str, runs: list[tuple[str, ...]], imports: t
     return outs
 
 
-def run_forked(script: Path, groups: dict[str, tuple[tuple[str, ...], list[list[str]]]], cwd: Path,
-               env: dict[str, str] | None = None) -> dict[str, list[int]]:
-    """Run ``script`` once per job (``[args..., log path]``: its arguments, then the file that gets its stdout
-    and stderr), each group's jobs forked from one parent that imported the group's modules first, two groups
-    at a time; ``{group: exit codes, in job order}``."""
-    env = dict(os.environ, PYTHONPATH=REPO, CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1", **(env or {}))
+def run_forked(groups: dict[str, tuple[tuple[str, ...], list[list[str]]]], cwd: Path) -> dict[str, list[int]]:
+    """Run each job (``[script, args..., log path]``: a script, its arguments, and the file that gets its
+    stdout and stderr), each group's jobs forked one after the other from one parent that imported the group's
+    modules first, two groups at a time; ``{group: exit codes, in job order}``."""
+    env = dict(os.environ, PYTHONPATH=REPO, CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1")
 
     def run(group):
         imports, jobs = groups[group]
-        proc = subprocess.run([sys.executable, "-c", FORK_PARENT, json.dumps(list(imports)), str(script),
-                               json.dumps(jobs)], cwd=str(cwd), env=env, capture_output=True, text=True,
+        proc = subprocess.run([sys.executable, "-c", FORK_PARENT, json.dumps(list(imports)), json.dumps(jobs)],
+                              cwd=str(cwd), env=env, capture_output=True, text=True,
                               timeout=300 * len(jobs))
-        codes = [int(line) for line in proc.stdout.split()]
+        codes = [int(line.split()[1]) for line in proc.stdout.splitlines() if line.startswith("exit ")]
         assert proc.returncode == 0 and len(codes) == len(jobs), f"{group}:\n{proc.stdout}\n{proc.stderr[-3000:]}"
         return codes
 

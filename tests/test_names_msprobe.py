@@ -12,11 +12,9 @@ from __future__ import annotations
 import glob
 import json
 import os
-import subprocess
-import sys
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from interchange_runs import TOOL_IMPORTS, run_forked
 
 pytestmark = pytest.mark.slow  # its set-up: ten msProbe/nbdebug training runs in subprocesses (~85 s on 2 cores)
 
@@ -105,36 +103,29 @@ def _config(path: str, dump: str, level: str) -> None:
         json.dump(cfg, f)
 
 
-def _run(tool: str, cfg: str, script: str, cwd: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=REPO, CUDA_VISIBLE_DEVICES="")
-    return subprocess.run([sys.executable, script, tool, cfg, os.path.join(REPO, "tests")], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=300)
-
-
 @pytest.fixture(scope="module")
 def dumps(tmp_path_factory):
+    """The runs, forked per tool from one parent that imported torch, the tool and GPT-2's modules
+    (interchange_runs.run_forked): each run its own process."""
     root = tmp_path_factory.mktemp("names")
     script = root / "train.py"
     script.write_text(SCRIPT)
-    jobs = {}
-    for level in LEVELS:
-        for tool in ("msprobe", "nbdebug"):
-            cfg = str(root / f"{tool}_{level}.json")
-            _config(cfg, str(root / tool / level), level)
-            jobs[(tool, level)] = cfg
     gpt2 = root / "gpt2.py"
     gpt2.write_text(GPT2_SCRIPT)
-    for level in ("L0", "mix"):
-        for tool in ("msprobe", "nbdebug"):
-            cfg = str(root / f"{tool}_gpt2_{level}.json")
-            _config(cfg, str(root / tool / f"gpt2_{level}"), level)
-            jobs[(tool, f"gpt2_{level}")] = cfg
-    with ThreadPoolExecutor(2) as pool:
-        futures = {k: pool.submit(_run, k[0], cfg, str(gpt2 if k[1].startswith("gpt2") else script), str(root))
-                   for k, cfg in jobs.items()}
-        for k, fut in futures.items():
-            r = fut.result()
-            assert r.returncode == 0, f"{k} failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+    groups = {}
+    for tool in ("msprobe", "nbdebug"):
+        jobs = []
+        for name, path, levels in (("", script, LEVELS), ("gpt2_", gpt2, ("L0", "mix"))):
+            for level in levels:
+                cfg = str(root / f"{tool}_{name}{level}.json")
+                _config(cfg, str(root / tool / f"{name}{level}"), level)
+                jobs.append([str(path), tool, cfg, os.path.join(REPO, "tests"), f"{cfg}.log"])
+        groups[tool] = (TOOL_IMPORTS[tool] + ("transformers.models.gpt2.modeling_gpt2",), jobs)
+    codes = run_forked(groups, cwd=root)
+    for tool, (_, jobs) in groups.items():
+        for job, code in zip(jobs, codes[tool], strict=True):
+            with open(job[-1]) as f:
+                assert code == 0, f"{tool} {job[0]} {job[2]} failed:\n{f.read()[-6000:]}"
     return root
 
 
