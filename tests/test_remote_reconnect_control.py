@@ -165,6 +165,10 @@ def test_a_command_given_while_a_rank_connects_reaches_it_after_its_state(ctx, m
         src = listener.sources[1]
         assert str(src.state) == "connecting" and listener.live() == [listener.sources[0]]
         assert listener.joined_count() == 2
+        panel = src.panel()  # what the notebook shows of it: connecting, no control yet
+        assert panel.header.state.value.endswith(">connecting</span>"), panel.header.state.value
+        assert "connecting" in panel.controls.status.value and panel.controls.pause.disabled
+        assert panel.controls.terminate.disabled
         job = listener.job
         thread = threading.Thread(target=job.terminate)
         thread.start()

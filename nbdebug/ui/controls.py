@@ -155,6 +155,8 @@ class Controls:
             text = (f"<span style='color:#cf222e'>Training failed: {html.escape(last)}</span>{where}"
                     f"<details><summary>traceback</summary><pre style='font-size:11px'>{html.escape(err)}</pre>"
                     "</details>")
+        elif state == "connecting":  # a remote process between its hello and its state (nbdebug.listen)
+            text = "The process is connecting: its state and step follow."
         else:
             text = f"Training {html.escape(state)}."
         if self.status.value != text:
