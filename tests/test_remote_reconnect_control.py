@@ -10,8 +10,9 @@ kernel restarts mid-run — is shown and controlled as it is, not as a fresh lis
   boundary; ``job.terminate()`` then ends both.
 
 Then the same rules at the protocol level, with processes played by raw sockets (deterministic, fast): a
-group command given while one is connecting reaches it after its state, ranks that never connected are
-named, and a request a process will not answer (it reconnected) fails at once instead of after its time-out.
+group command given while one is connecting reaches it after its state, one given while a rank is not back
+yet waits briefly for it, ranks that never connected are named, and a request a process will not answer (it
+reconnected) fails at once instead of after its time-out.
 """
 
 from __future__ import annotations
@@ -183,6 +184,26 @@ def test_a_command_given_while_a_rank_connects_reaches_it_after_its_state(ctx, m
         head = r1.recv()
         assert (head["type"], head["op"]) == ("request", "terminate")
         assert str(src.state) == "running" and src.step_index == 7
+
+
+def test_a_command_waits_briefly_for_a_rank_not_back_yet(ctx):
+    """After a kernel restart the ranks come back about together: a terminate given when one is back reaches the
+    other too, if it connects within ``CONNECTING_WAIT_S``."""
+    with nbdebug.listen(quiet=True) as listener:
+        r0, r1 = Rank(ctx, listener, 0), Rank(ctx, listener, 1)
+        r0.connect("running")
+        until(lambda: listener.live_count() == 1, 10, "rank 0 live")
+        thread = threading.Thread(target=listener.job.terminate)
+        thread.start()
+        time.sleep(0.3)
+        assert not r0.sock.poll(0)  # waiting for rank 1 of the world size rank 0 announced
+        r1.connect("running")
+        for r in (r0, r1):
+            head = r.recv()
+            assert (head["type"], head["op"]) == ("request", "terminate")
+            r.send({"type": "reply", "re": head["id"], "ok": True, "result": None})
+        thread.join(10)
+        assert not thread.is_alive() and listener.notice == ""
 
 
 def test_ranks_that_never_connected_are_named(ctx, monkeypatch):

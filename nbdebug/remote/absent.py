@@ -4,11 +4,11 @@ part of :class:`~nbdebug.remote.hub.Listener`).
 A process is *connecting* from its hello until its state arrives on that connection (its ``sync`` comes first,
 at once), *away* when it said nothing for ``LOST_AFTER`` seconds (it reconnects when it can), or has *never
 connected* (a rank below the world size another rank announced). A group command (``pause_all``,
-``cont_all``, ``terminate_all``) waits up to :data:`CONNECTING_WAIT_S` for the connecting ones, reaches the
-live ones at once, and is kept for the others: a process connecting or away gets the latest group command
-when its state arrives (within :data:`OWED_S`); ranks that never connected do not, and the listener says so
-(``notice`` and a warning). Requests a process will not answer (it reconnected, went silent, ended) fail at
-once with the reason, instead of at the request's time-out.
+``cont_all``, ``terminate_all``) waits up to :data:`CONNECTING_WAIT_S` for the connecting ones and the ranks
+not connected yet, reaches the live ones at once, and is kept for the others: a process connecting or away
+gets the latest group command when its state arrives (within :data:`OWED_S`); ranks that never connected do
+not, and the listener says so (``notice`` and a warning). Requests a process will not answer (it reconnected,
+went silent, ended) fail at once with the reason, instead of at the request's time-out.
 
 >>> name_keys([0, 1]), name_keys([1]), name_keys([2, 3], "rank")
 ('processes 0, 1', 'process 1', 'ranks 2, 3')
@@ -42,12 +42,15 @@ class AbsentProcesses:
     _generation = 0
 
     def _settle(self) -> None:
-        """Wait (at most :data:`CONNECTING_WAIT_S`) for the processes whose hello came and whose state has not:
-        a group command then reaches them directly. Not on the listener's thread (their messages arrive there)."""
+        """Wait (at most :data:`CONNECTING_WAIT_S`) for the processes whose hello came and whose state has not,
+        and for ranks of the job not connected yet (after a kernel restart the ranks come back within about a
+        second of each other): a group command then reaches them directly. Not on the listener's thread (their
+        messages arrive there)."""
         if threading.current_thread() is self.pump.thread:
             return
         end = time.monotonic() + CONNECTING_WAIT_S
-        while any(s.connected and not s.synced and str(s.state) not in ENDED for s in list(self.sources.values())):
+        while (any(s.connected and not s.synced and str(s.state) not in ENDED for s in list(self.sources.values()))
+               or self._missing_ranks()):
             if time.monotonic() >= end or self.closed:
                 return
             time.sleep(0.01)
