@@ -149,31 +149,3 @@ def test_names_parsed_once_into_runs_as_before(tmp_path):
     assert runs[0][1]["Mul.Default_net_Mul-op0"]["output.0"] == prefix + loop[1]
     assert runs[1][1]["Mul.Default_net_Mul-op0"]["input.0"] == prefix + loop[3]
     assert "Sub.Default_net_Sub-op1" in runs[0][1] and "Sub.Default_net_Sub-op1" not in runs[1][1]
-
-
-@pytest.mark.parametrize("native", [True, False], ids=["native", "os.remove"])
-def test_dump_files_removed_in_one_batch(tmp_path, monkeypatch, native):
-    """kernel_load.remove_files (the live pruning, on FileRemover's thread): every file of the batch goes, one that
-    is gone already or is a directory is skipped without stopping the rest, a directory stays; the same with the
-    native batch (one call, the GIL released) and with os.remove per file."""
-    from nbdebug.frameworks.mindspore import kernel_load
-    from nbdebug.frameworks.mindspore.dump_files import FileRemover
-
-    if native and getattr(fastats, "remove_files", None) is None:
-        pytest.skip("the native kernel is not built here")  # the os.remove case still runs
-    if not native:
-        monkeypatch.setattr(kernel_load, "_remove_batch", None)
-    files = [tmp_path / f"k{i}.output.0.npy" for i in range(40)]
-    for f in files:
-        f.write_bytes(b"x" * 5000)
-    sub = tmp_path / "iteration"
-    sub.mkdir()
-    batch = [str(f) for f in files[:20]] + [str(tmp_path / "gone.npy"), str(sub)] + [str(f) for f in files[20:30]]
-    kernel_load.remove_files(iter(batch))  # any iterable
-    assert sorted(os.listdir(tmp_path)) == sorted([f.name for f in files[30:]] + ["iteration"])
-    remover = FileRemover()
-    remover.remove(str(f) for f in files[30:])
-    remover.flush()
-    assert os.listdir(tmp_path) == ["iteration"]
-    if native:
-        assert fastats.remove_files([str(sub), str(tmp_path / "gone.npy")]) == 0 and sub.is_dir()

@@ -5,7 +5,6 @@
  *
  *   reduce(ptr, numel, dtype, out_ptr) -> None
  *   read_npy_stats(paths, out) -> list   (the statistics of many small .npy files, read in one call)
- *   remove_files(paths) -> int           (many files deleted in one call, the GIL released)
  *
  * reads `numel` contiguous elements of `dtype` at address `ptr` and writes 9 float64 values at
  * `out_ptr`:  [max, min, sum, abs_sum, sq_sum, zero_count, nan_count, pos_inf_count, neg_inf_count]
@@ -1197,39 +1196,6 @@ done:
     return result;
 }
 
-PyDoc_STRVAR(remove_files_doc,
-             "remove_files(paths) -> int\n\n"
-             "Delete each file of `paths` (a list of str), the GIL released for the whole batch; returns how many\n"
-             "were deleted. A path that cannot be deleted (gone already, a directory, no permission) is skipped.");
-
-static PyObject *fastats_remove_files(PyObject *self, PyObject *args) {
-    (void)self;
-    PyObject *paths;
-    if (!PyArg_ParseTuple(args, "O!:remove_files", &PyList_Type, &paths)) return NULL;
-    const Py_ssize_t n = PyList_GET_SIZE(paths);
-    PyObject **encoded = (PyObject **)PyMem_Calloc((size_t)n + 1, sizeof(PyObject *));
-    if (encoded == NULL) return PyErr_NoMemory();
-    PyObject *result = NULL;
-    Py_ssize_t removed = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (!PyUnicode_FSConverter(PyList_GET_ITEM(paths, i), &encoded[i])) goto done;
-    }
-    Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < n; i++) {
-#ifdef _WIN32
-        if (_unlink(PyBytes_AS_STRING(encoded[i])) == 0) removed++;
-#else
-        if (unlink(PyBytes_AS_STRING(encoded[i])) == 0) removed++;
-#endif
-    }
-    Py_END_ALLOW_THREADS
-    result = PyLong_FromSsize_t(removed);
-done:
-    for (Py_ssize_t i = 0; i < n; i++) Py_XDECREF(encoded[i]);
-    PyMem_Free(encoded);
-    return result;
-}
-
 PyDoc_STRVAR(isa_doc,
              "_set_isa(name=None) -> str\n\n"
              "Testing/benchmark hook: select the SIMD kernel set ('generic', 'avx2', 'avx512', or None\n"
@@ -1265,7 +1231,6 @@ static PyMethodDef fastats_methods[] = {
     {"reduce", (PyCFunction)(void (*)(void))fastats_reduce, METH_FASTCALL, reduce_doc},
     {"read_npy_stats", fastats_read_npy_stats, METH_VARARGS, read_npy_stats_doc},
     {"update_norms", (PyCFunction)(void (*)(void))fastats_update_norms, METH_FASTCALL, update_norms_doc},
-    {"remove_files", fastats_remove_files, METH_VARARGS, remove_files_doc},
     {"_set_isa", fastats_set_isa, METH_VARARGS, isa_doc},
     {NULL, NULL, 0, NULL},
 };

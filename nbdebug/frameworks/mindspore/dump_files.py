@@ -7,8 +7,7 @@ iteration of the same graph exists (a graph's iteration counter only grows; it d
 between runs, so the newest directory of each graph stays open). A finished directory is removed once its
 files are gone (``rmdir`` of an empty directory; one still holding files is tried again at the next call),
 so what each call lists stays the size of one step, not of the whole run. :class:`FileRemover` deletes files on a
-background thread, so a step does not wait for a hundred ``unlink`` calls (with the native kernel, in one call that
-holds no GIL: :func:`~.kernel_load.remove_files`); ``flush()`` waits for it.
+background thread, so a step does not wait for a hundred ``unlink`` calls; ``flush()`` waits for it.
 Needs no MindSpore.
 
 >>> import os, tempfile
@@ -32,7 +31,7 @@ import queue
 import threading
 from collections.abc import Iterable
 
-from .kernel_load import graph_dirs, remove_files
+from .kernel_load import graph_dirs
 
 
 class DumpScanner:
@@ -111,7 +110,10 @@ class FileRemover:
         while True:
             batch = self._queue.get()
             try:
-                if batch:
-                    remove_files(batch)
+                for p in batch or ():
+                    try:
+                        os.remove(p)
+                    except OSError:
+                        pass
             finally:
                 self._queue.task_done()

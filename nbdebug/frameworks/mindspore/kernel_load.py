@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 
-from ..core.native import fastats as _fastats  # the optional native kernel (None: os.remove per file)
 from .kernel_files import split_runs
 from .kernel_graph import KernelGraph, load_kernel_graph
 from .kernel_recorder import CPU_UNFILLED_OUTPUTS, RunRecorder
@@ -218,20 +217,9 @@ def _dump_metadata(rank_dir: str) -> tuple[str, str]:
 
 
 
-#: the native batch deletion (None: ``os.remove`` per file)
-_remove_batch = getattr(_fastats, "remove_files", None)
-
-
 def remove_files(paths: Iterable[str]) -> None:
-    """Delete dump files (the live adapter's pruning: directories stay for MindSpore to write into); one that
-    cannot be deleted (gone already) is skipped. With the native kernel, one call deletes the batch with the
-    GIL released: a step's hundreds of ``unlink`` calls, on a background thread (:class:`~.dump_files.FileRemover`),
-    no longer hand the GIL back and forth with the training thread once per file."""
-    batch = paths if isinstance(paths, list) else list(paths)
-    if _remove_batch is not None:
-        _remove_batch(batch)
-        return
-    for p in batch:
+    """Delete dump files (the live adapter's pruning: directories stay for MindSpore to write into)."""
+    for p in paths:
         try:
             os.remove(p)
         except OSError:
