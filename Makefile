@@ -25,9 +25,17 @@ STAMP_NP2 := $(VENV_NP2)/.nbdebug-installed
 $(PY_NP2):
 	$(PYTHON) -m venv $(VENV_NP2)
 
-$(STAMP_NP2): $(PY_NP2) pyproject.toml setup.py $(wildcard nbdebug/frameworks/*.c)
-	$(PY_NP2) -m pip install -q 'torch==2.13.0' 'numpy>=2' 'pandas<3' plotly pytest pytest-timeout pytest-xdist \
-		-e '.[torch]'
+# Its wheels install while the main environment installs (`make test` makes both on two jobs); the editable
+# install of this checkout waits for the main one's (both write nbdebug.egg-info and build the native kernel here)
+# and for the lab extension's build (setup.py lists its files).
+NP2_DEPS := $(VENV_NP2)/.deps-installed
+
+$(NP2_DEPS): $(PY_NP2)
+	$(PY_NP2) -m pip install -q 'torch==2.13.0' 'numpy>=2' 'pandas<3' pytest pytest-timeout pytest-xdist
+	touch $@
+
+$(STAMP_NP2): $(NP2_DEPS) pyproject.toml setup.py $(wildcard nbdebug/frameworks/*.c) | $(STAMP) labextension
+	$(PY_NP2) -m pip install -q -e '.[torch]'
 	touch $(STAMP_NP2)
 
 LABEXT_SRC := labextension/package.json labextension/tsconfig.json \
@@ -118,7 +126,9 @@ TEST_WORKERS ?= 3
 XDIST = $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
 DURATIONS := --durations=30
 
-test: setup browser lint
+test:
+	$(MAKE) -j2 --output-sync=target setup $(STAMP_NP2)
+	$(MAKE) browser lint
 	$(PY) -m pytest -q $(XDIST) $(DURATIONS) --doctest-modules nbdebug tests
 	$(MAKE) test-np2
 
