@@ -106,6 +106,8 @@ class Calls:
         for slot, t in self.outputs(output):
             seen = self.slot(node, slot, t, as_input=False)
             p = seen.producer
+            if p is None:  # an unrecorded view or copy of an op's result inside the call (mix): that op's
+                p = seen.producer = self.made_from(t)
             if p is None or p[0].startswith("Input.") or (p[0] == name and p[1] == INTERNAL):
                 seen.producer = (name, slot)
                 produced = True

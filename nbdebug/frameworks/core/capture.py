@@ -93,6 +93,8 @@ class Capture(Recording, Calls):
         #: id(tensor) -> (ref to it, ref to the tensor it stands for): a module's alias of its input, the
         #: result of an unrecorded call (weak both ways: nothing is kept alive for the graph's sake)
         self._alias: dict[int, tuple[Any, Any]] = {}
+        #: id(tensor) -> (ref to it, producers of the other data inputs of the unrecorded call that made it)
+        self._also: dict[int, tuple[Any, list[tuple[str, str]]]] = {}
         self._root_args: set[int] = set()
         self._unresolved: list[tuple[int, Any, str, int]] = []  # deferred metadata (recorder index, ...)
         self._offers: list[tuple[tuple[str, str], Any, int]] = []  # retention offered once the size is known

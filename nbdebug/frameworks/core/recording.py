@@ -88,6 +88,11 @@ class Recording:
                 producer = seen.producer = self.origin(t)
             if producer is not None:
                 session.graph.add_edge(producer[0], name, producer[1], slot)
+            if self._also:  # the other data inputs of the unrecorded call that made ``t``
+                extra = self._also.get(tid)
+                if extra is not None and extra[0]() is t:
+                    for p in extra[1]:
+                        session.graph.add_edge(p[0], name, p[1], slot)
         return seen
 
     def resolve(self, meta: dict[int, tuple]) -> None:
@@ -126,10 +131,12 @@ class Recording:
             self._seen[id(new)] = seen.alias(weakref.ref(new), self.version(new))
         self._alias[id(new)] = (weakref.ref(new), weakref.ref(old))
 
-    def derived(self, new: Any, old: Any) -> None:
+    def derived(self, new: Any, old: Any, also: Any = ()) -> None:
         """``new`` is the result of an unrecorded call on ``old`` (a ``contiguous()`` copy, a view): its
         origin is ``old``'s. When ``old``'s producer is known now, it is kept with the link: ``old`` is
-        often a temporary gone before ``new`` is used (``x.transpose(1, 2).contiguous()``)."""
+        often a temporary gone before ``new`` is used (``x.transpose(1, 2).contiguous()``). ``also``: the
+        call's other data tensors (``grouped_mm``'s weight): each consumer of ``new`` gets an edge from
+        their producers too, so their data flow does not end at the unrecorded call."""
         producer = None
         seen = self._seen.get(id(old))
         if seen is not None and seen.ref() is old:
@@ -140,6 +147,34 @@ class Recording:
                 producer = link[2]
         ref = weakref.ref(new)
         self._alias[id(new)] = (ref, weakref.ref(old)) if producer is None else (ref, weakref.ref(old), producer)
+        extra = self._also.get(id(old)) if self._also else None
+        extra = list(extra[1]) if extra is not None and extra[0]() is old else []
+        for t in also:
+            p = self._known_producer(t)
+            if p is not None and p not in extra:
+                extra.append(p)
+            more = self._also.get(id(t))
+            if more is not None and more[0]() is t:
+                extra.extend(q for q in more[1] if q not in extra)
+        if extra:
+            self._also[id(new)] = (ref, extra)
+
+    def _known_producer(self, t: Any) -> tuple[str, str] | None:
+        seen = self._seen.get(id(t))
+        if seen is not None and seen.ref() is t and seen.producer is not None:
+            return seen.producer
+        return self.made_from(t)
+
+    def made_from(self, t: Any) -> tuple[str, str] | None:
+        """The producer of the tensor ``t`` is an unrecorded view or copy of (see :meth:`derived`), if known."""
+        alias = self._alias.get(id(t))
+        if alias is None or alias[0]() is not t:
+            return None
+        if len(alias) > 2:
+            return alias[2]
+        base = alias[1]()
+        seen = self._seen.get(id(base)) if base is not None else None
+        return seen.producer if seen is not None and seen.ref() is base else None
 
     def origin(self, t: Any) -> tuple[str, str] | None:
         """The producer of a tensor nobody produced this step (see the module docstring); None for the

@@ -318,10 +318,13 @@ class TorchAdapter(ModuleGrads, Capture):
 
     def pass_op(self, func, args, kwargs):
         """Run a torch call msProbe does not record; its tensor result keeps the producer of its first
-        tensor argument (a ``contiguous()`` copy, a ``x[0]`` view) so the graph stays connected."""
+        tensor argument (a ``contiguous()`` copy, a ``x[0]`` view) so the graph stays connected, and its
+        consumers get edges from the producers of its other floating-point tensor arguments too
+        (``F.grouped_mm(tokens, weight, offs=...)`` in MoE experts: the weight's data flow goes on)."""
         out = func(*args, **kwargs)
         if isinstance(out, torch.Tensor) and args and isinstance(args[0], torch.Tensor) and out is not args[0]:
-            self.derived(out, args[0])
+            also = [t for t in (*args[1:], *kwargs.values()) if isinstance(t, torch.Tensor) and t.is_floating_point()]
+            self.derived(out, args[0], also)
         return out
 
     def run_op(self, info: tuple[str, str], func, args, kwargs):
@@ -436,6 +439,8 @@ class TorchAdapter(ModuleGrads, Capture):
             self._called.add(path)
             self.enter(path)
             if not want or not path:  # msProbe does not name the root module; neither do we
+                if want and mod._parameters:
+                    self._root_parameters(mod)
                 return None
             self.busy = True
             try:
@@ -449,6 +454,19 @@ class TorchAdapter(ModuleGrads, Capture):
             return None
 
         return pre
+
+    def _root_parameters(self, mod) -> None:
+        """The root module's own parameters (CLIP's ``logit_scale``) get their ``Parameter`` nodes at its call,
+        as a named module's do at theirs: their gradient entries have a source in the graph."""
+        self.busy = True
+        try:
+            with torch._C.DisableTorchFunction():
+                for p in mod._parameters.values():
+                    info = self._param_info.get(id(p)) if p is not None else None
+                    if info is not None and info[0]() is p:
+                        self.param_node(p, info)
+        finally:
+            self.busy = False
 
     def _post_hook(self, want: bool) -> Callable:
         def post(mod, args, kwargs, output):

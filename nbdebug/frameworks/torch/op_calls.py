@@ -61,6 +61,8 @@ def mutated_args(info: tuple[str, str], args: tuple, kwargs: dict) -> list[torch
     return out
 
 
+#: Tensor properties that return a view or alias of the tensor (``w.T``, ``p.data``)
+_VIEW_PROPERTIES = frozenset({"T", "mT", "H", "mH", "data", "real", "imag"})
 _PASS = ("", "")  # a torch call msProbe does not record: runs unrecorded, its result keeps its input's producer
 
 
@@ -71,6 +73,8 @@ def _api_prefix(func: Any) -> tuple[str, str] | None:
     ``("Tensor?", name)``: a Tensor method msProbe records only when reached through an operator
     (``x // y`` reaches the mode as ``floor_divide``; msProbe hooks ``__floordiv__``)."""
     name = getattr(func, "__name__", None)
+    if name == "__get__":  # a property: ``w.T`` is a view of ``w`` (its result keeps ``w``'s producer)
+        return _PASS if getattr(getattr(func, "__self__", None), "__name__", None) in _VIEW_PROPERTIES else None
     if name is None or name in _SKIP_NAMES:
         return None
     qual = getattr(func, "__qualname__", "") or ""
