@@ -4,7 +4,8 @@ Tiny random-weight models built from ``transformers`` configs (nothing downloade
 Qwen2-MoE — ``topk``, ``sort``/``histc`` and the grouped expert matmul ``F.grouped_mm`` that nbdebug, like
 msProbe, does not record; PhiMoE adds a custom
 ``torch.autograd.Function`` in its router), DeBERTa-v2 (relative-position attention with ``gather``),
-Gemma, Falcon, Whisper (conv1d + encoder/decoder), Swin (``torch.roll``, window partition), ConvNeXt
+Gemma, Falcon, Whisper (conv1d + encoder/decoder), Wav2Vec2 (conv feature extractor, GroupNorm,
+weight-normed positional conv, CTC loss), Swin (``torch.roll``, window partition), ConvNeXt
 (channels-first LayerNorm, depthwise conv) and CLIP (two towers and a contrastive loss, a parameter of the
 root module). For each, two AdamW steps at L0, L1 and mix:
 
@@ -111,6 +112,20 @@ def _whisper(T, g):
                 lambda m, b: m(input_features=b[0], labels=b[1]).loss, "model.encoder.conv2.weight", "proj_out")
 
 
+def _wav2vec2(T, g):
+    cfg = T.Wav2Vec2Config(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                           intermediate_size=64, conv_dim=(16, 16), conv_stride=(5, 2), conv_kernel=(10, 3),
+                           num_conv_pos_embeddings=8, num_conv_pos_embedding_groups=4, hidden_dropout=0.0,
+                           activation_dropout=0.0, attention_dropout=0.0, feat_proj_dropout=0.0, final_dropout=0.0,
+                           layerdrop=0.0,
+                           mask_time_prob=0.0, ctc_loss_reduction="mean", pad_token_id=0,
+                           do_stable_layer_norm=False, feat_extract_norm="group")
+    batches = [(torch.randn(2, 400, generator=g), torch.randint(1, VOCAB, (2, 5), generator=g))
+               for _ in range(STEPS)]
+    return Case(T.Wav2Vec2ForCTC(cfg), batches, lambda m, b: m(input_values=b[0], labels=b[1]).loss,
+                "wav2vec2.feature_extractor.conv_layers.1.conv.weight", "lm_head")
+
+
 def _images(g, classes=5):
     return [(torch.randn(2, 3, 16, 16, generator=g), torch.randint(0, classes, (2,), generator=g))
             for _ in range(STEPS)]
@@ -149,8 +164,8 @@ def _clip(T, g):
 
 
 ARCHS = {"mixtral": _mixtral, "qwen2_moe": _qwen2_moe, "phimoe": _phimoe, "deberta_v2": _deberta_v2,
-         "gemma": _gemma, "falcon": _falcon, "whisper": _whisper, "swin": _swin, "convnext": _convnext,
-         "clip": _clip}
+         "gemma": _gemma, "falcon": _falcon, "whisper": _whisper, "wav2vec2": _wav2vec2, "swin": _swin,
+         "convnext": _convnext, "clip": _clip}
 
 
 def build(kind: str) -> Case:
@@ -163,6 +178,7 @@ def build(kind: str) -> Case:
 
 
 def train(case: Case, model: torch.nn.Module, after_step=None) -> list[torch.Tensor]:
+    torch.manual_seed(1234)  # a model that draws random numbers (PhiMoE's Gumbel noise) draws the same ones
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     losses = []
     for i, b in enumerate(case.batches):
@@ -269,7 +285,8 @@ def test_statistics_dump_loads_back_as_the_live_session(kind, tmp_path):
     """msProbe's layout leaves out nbdebug's own nodes (inputs, constants, the optimizer's step; parameters
     come back from the module entries, named by the module that used them), at its default risk level
     (FOCUS) the APIs that only reshape, cast or create tensors, and a ``p=0`` dropout's backward (msProbe
-    records none); everything else loads back with the statistics the live session showed."""
+    records none; every dropout of these configs has p=0); everything else loads back with the statistics
+    the live session showed."""
     from nbdebug.dump.entry_parts import DROPOUT
     from nbdebug.dump.filters import risk_keeps
 
