@@ -64,7 +64,8 @@ def numpy_raw(arr: np.ndarray) -> np.ndarray:
     x = np.asarray(arr)
     if x.dtype == np.bool_:
         x = x.astype(np.uint8)
-    x = x.astype(np.float64, copy=False).ravel()
+    with np.errstate(invalid="ignore", over="ignore"):  # uninitialised memory (empty_like) may hold anything
+        x = x.astype(np.float64, copy=False).ravel()
     if not x.size:
         return np.array([np.nan, np.nan] + [0.0] * 7)
     with np.errstate(invalid="ignore", over="ignore"):
