@@ -27,6 +27,15 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 #: what the runs of each tool (a key's first word) import anyway: imported once, in the parent of its runs
+#: script lines writing the statistics ``config.json`` both tools read (``out`` and ``level`` defined before)
+WRITE_CONFIG = r'''os.makedirs(out, exist_ok=True)
+cfg = os.path.join(out, "config.json")
+with open(cfg, "w") as f:
+    json.dump({"task": "statistics", "dump_path": os.path.join(out, "dump"), "rank": [], "step": [],
+               "level": level, "async_dump": False,
+               "statistics": {"scope": [], "list": [], "data_mode": ["all"], "summary_mode": "statistics"}}, f)
+'''
+
 TOOL_IMPORTS = {"msprobe": ("torch", "msprobe.pytorch"), "nbdebug": ("torch", "nbdebug"), "plain": ("torch",)}
 
 #: the parent of one tool's runs: ``python -c FORK_PARENT imports jobs``, one job ``[script, args..., log]``

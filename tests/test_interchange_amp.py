@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from interchange_runs import run_scripts, step_data
+from interchange_runs import WRITE_CONFIG, run_scripts, step_data
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 
@@ -45,13 +45,7 @@ from zoo import make_zoo_workload
 wl = make_zoo_workload("llama_amp")  # bench/interchange.py's llama_amp: its model, batches, AdamW, GradScaler
 opt = wl.reset()
 scaler, model = wl._scaler, wl.model
-os.makedirs(out, exist_ok=True)
-cfg = os.path.join(out, "config.json")
-with open(cfg, "w") as f:
-    json.dump({"task": "statistics", "dump_path": os.path.join(out, "dump"), "rank": [], "step": [],
-               "level": level, "async_dump": False,
-               "statistics": {"scope": [], "list": [], "data_mode": ["all"], "summary_mode": "statistics"}}, f)
-kept = []
+''' + WRITE_CONFIG + r'''kept = []
 if tool == "msprobe":
     from msprobe.pytorch import PrecisionDebugger
     dbg = PrecisionDebugger(config_path=cfg)

@@ -22,7 +22,7 @@ import math
 import os
 
 import pytest
-from interchange_runs import run_scripts, step_data
+from interchange_runs import WRITE_CONFIG, run_scripts, step_data
 
 pytestmark = pytest.mark.slow  # its set-up: seven training runs of HF models in subprocesses (~75 s on 2 cores)
 
@@ -53,13 +53,7 @@ else:  # gpt2_ckpt, gpt2_ckpt_full (no early stop)
     def loss_of(b):
         return model(input_ids=b, labels=b).loss
 model.train()
-os.makedirs(out, exist_ok=True)
-cfg = os.path.join(out, "config.json")
-with open(cfg, "w") as f:
-    json.dump({"task": "statistics", "dump_path": os.path.join(out, "dump"), "rank": [], "step": [],
-               "level": level, "async_dump": False,
-               "statistics": {"scope": [], "list": [], "data_mode": ["all"], "summary_mode": "statistics"}}, f)
-opt = torch.optim.SGD(model.parameters(), lr=0.1)
+''' + WRITE_CONFIG + r'''opt = torch.optim.SGD(model.parameters(), lr=0.1)
 if tool == "msprobe":
     from msprobe.pytorch import PrecisionDebugger
     dbg = PrecisionDebugger(config_path=cfg)

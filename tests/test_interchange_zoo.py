@@ -23,7 +23,7 @@ import os
 
 import pytest
 import torch
-from interchange_runs import run_scripts, step_data
+from interchange_runs import WRITE_CONFIG, run_scripts, step_data
 
 pytestmark = pytest.mark.slow  # its set-up: nine training runs in subprocesses (~65 s on 2 cores)
 
@@ -95,13 +95,7 @@ class BnRelu(nn.Module):  # ResNet's stem: BatchNorm's output overwritten by ReL
 model = {"radd": Radd, "bound": Bound, "order": Order, "bn": BnRelu}[case]()
 xs = [torch.randn(4, 2, 5, 5) if case == "bn" else torch.randn(32, 8) for _ in range(2)]
 ys = [torch.randn(4 if case == "bn" else 32, {"order": 4, "bn": 4}.get(case, 8)) for _ in range(2)]
-os.makedirs(out, exist_ok=True)
-cfg = os.path.join(out, "config.json")
-with open(cfg, "w") as f:
-    json.dump({"task": "statistics", "dump_path": os.path.join(out, "dump"), "rank": [], "step": [],
-               "level": level, "async_dump": False,
-               "statistics": {"scope": [], "list": [], "data_mode": ["all"], "summary_mode": "statistics"}}, f)
-opt = torch.optim.SGD(model.parameters(), lr=0.1)
+''' + WRITE_CONFIG + r'''opt = torch.optim.SGD(model.parameters(), lr=0.1)
 if tool == "msprobe":
     from msprobe.pytorch import PrecisionDebugger
     dbg = PrecisionDebugger(config_path=cfg)
