@@ -3,7 +3,9 @@ read its progress file, wait for conditions."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -49,3 +51,26 @@ def finish(proc: subprocess.Popen, timeout: float = 60.0) -> tuple[int, str, str
         out, err = proc.communicate()
         raise AssertionError(f"the training process did not end within {timeout} s:\n{err[-3000:]}") from None
     return proc.returncode, out, err
+
+
+@contextlib.contextmanager
+def ddp_nan_job(env: dict[str, str], tmp_path: Path, gate: Path, steps: int, nan_rank: int, nan_step: int):
+    """``torchrun --nproc-per-node 2 -m nbdebug.run ddp_nan.py`` (``nan_rank`` makes a NaN at ``nan_step``; a
+    step past ``steps`` makes none) with ``env`` (a listener's); yields ``(process, log path)``; the launcher's
+    process group is killed on the way out."""
+    from ranks_checks import free_port
+
+    full = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT), **env)
+    cmd = ["timeout", "200", sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+           "--master-addr", "127.0.0.1", "--master-port", str(free_port()), "-m", "nbdebug.run",
+           str(SCRIPTS / "ddp_nan.py"), str(gate), str(nan_rank), str(nan_step), str(steps)]
+    log = tmp_path / "torchrun.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, env=full, cwd=str(ROOT), stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    try:
+        yield proc, log
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()

@@ -11,18 +11,11 @@ a listener here, as a notebook would, in the README's order:
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 import torch  # noqa: F401 - the job runs torch.distributed in its processes (tests/torch_only.py reads this)
 import zmq  # noqa: F401 - the listener needs ZeroMQ
-from ranks_checks import free_port
-from remote_procs import ROOT, SCRIPTS, until
+from remote_procs import ddp_nan_job, until
 
 import nbdebug
 
@@ -35,24 +28,9 @@ def listener():
         yield L
 
 
-@contextlib.contextmanager
 def ddp_job(listener, tmp_path, gate, steps=12, env=None):
-    """``torchrun --nproc-per-node 2 -m nbdebug.run ddp_nan.py`` attached to ``listener``; yields
-    ``(process, log path)``; the whole process group is killed on the way out."""
-    full = dict(os.environ, **listener.env, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT), **(env or {}))
-    cmd = ["timeout", "200", sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-           "--master-addr", "127.0.0.1", "--master-port", str(free_port()), "-m", "nbdebug.run",
-           str(SCRIPTS / "ddp_nan.py"), str(gate), str(NAN_RANK), str(NAN_STEP), str(steps)]
-    log = tmp_path / "torchrun.log"
-    with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, env=full, cwd=str(ROOT), stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-    try:
-        yield proc, log
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    """The 2-rank DDP job attached to ``listener`` (rank NAN_RANK makes a NaN at NAN_STEP)."""
+    return ddp_nan_job({**listener.env, **(env or {})}, tmp_path, gate, steps, NAN_RANK, NAN_STEP)
 
 
 def _states(listener):

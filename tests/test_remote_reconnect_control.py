@@ -20,40 +20,22 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 
 import pytest
 import torch  # noqa: F401 - the job runs torch.distributed in its processes (tests/torch_only.py reads this)
 import zmq  # noqa: F401 - the listener needs ZeroMQ
-from ranks_checks import free_port
-from remote_procs import ROOT, SCRIPTS, until
+from remote_procs import ddp_nan_job, until
 
 import nbdebug
 from nbdebug.remote import absent
 from nbdebug.remote import protocol as P
 
 
-@contextlib.contextmanager
 def ddp_job(env, tmp_path, gate, steps):
-    """``torchrun --nproc-per-node 2 -m nbdebug.run ddp_nan.py`` (no NaN: the faulty rank's step is past the
-    end); yields ``(process, log path)``; the whole process group is killed on the way out."""
-    full = dict(os.environ, **env, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-    cmd = ["timeout", "200", sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-           "--master-addr", "127.0.0.1", "--master-port", str(free_port()), "-m", "nbdebug.run",
-           str(SCRIPTS / "ddp_nan.py"), str(gate), "1", str(steps + 1), str(steps)]
-    log = tmp_path / "torchrun.log"
-    with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, env=full, cwd=str(ROOT), stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-    try:
-        yield proc, log
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    """The 2-rank DDP job with no NaN (the faulty rank's step is past the end)."""
+    return ddp_nan_job(env, tmp_path, gate, steps, 1, steps + 1)
 
 
 def _states(listener):
