@@ -53,6 +53,28 @@ def finish(proc: subprocess.Popen, timeout: float = 60.0) -> tuple[int, str, str
     return proc.returncode, out, err
 
 
+def kill_tree(pid: int) -> None:
+    """SIGKILL process ``pid``, its process group and every descendant (torchrun starts each rank in a session
+    of its own, so killing the launcher's group alone leaves the ranks training after a failed test)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    tree, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        tree.append(p)
+        todo.extend(children.get(p, ()))
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+    for p in tree:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(p, signal.SIGKILL)
+
+
 @contextlib.contextmanager
 def ddp_nan_job(env: dict[str, str], tmp_path: Path, gate: Path, steps: int, nan_rank: int, nan_step: int):
     """``torchrun --nproc-per-node 2 -m nbdebug.run ddp_nan.py`` (``nan_rank`` makes a NaN at ``nan_step``; a
@@ -71,6 +93,5 @@ def ddp_nan_job(env: dict[str, str], tmp_path: Path, gate: Path, steps: int, nan
     try:
         yield proc, log
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        kill_tree(proc.pid)
         proc.wait()

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import glob
 import os
-import signal
 import subprocess
 import sys
 
 import mindspore  # noqa: F401 - the job runs MindSpore in its processes (tests/torch_only.py reads this)
 import zmq  # noqa: F401 - the listener needs ZeroMQ
 from ranks_checks import NAN_STEP, free_port
-from remote_procs import ROOT, SCRIPTS, until
+from remote_procs import ROOT, SCRIPTS, kill_tree, until
 
 import nbdebug
 
@@ -63,9 +62,6 @@ def test_live_msrun_job_first_nonfinite_rank_and_group_pause(tmp_path):
             assert proc.wait(120) == 0, worker_logs()
             until(lambda: all(str(s.state) == "terminated" for s in srcs), 20, "every rank terminated")
         finally:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)  # msrun and every worker, whatever happened above
-            except ProcessLookupError:
-                pass
+            kill_tree(proc.pid)  # msrun and every worker, whatever happened above
             proc.wait()
             out.close()

@@ -7,14 +7,13 @@ before k, and the job pauses at one step boundary."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 
 import torch  # noqa: F401 - the job runs torch.distributed in its processes (tests/torch_only.py reads this)
 import zmq  # noqa: F401 - the listener needs ZeroMQ
 from ranks_checks import free_port
-from remote_procs import ROOT, SCRIPTS, until
+from remote_procs import ROOT, SCRIPTS, kill_tree, until
 
 import nbdebug
 
@@ -68,8 +67,5 @@ def test_odd_rank_names_the_scaled_rank_at_its_step(tmp_path):
             job.terminate()  # every rank at once: a rank ended alone would leave the others in a collective
             assert proc.wait(120) == 0, log.read_text()[-3000:]
         finally:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)  # torchrun and every rank, whatever happened above
-            except ProcessLookupError:
-                pass
+            kill_tree(proc.pid)  # torchrun and every rank, whatever happened above
             proc.wait()

@@ -7,14 +7,13 @@ runs to its end."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 
 import torch  # noqa: F401 - the job runs torch.distributed in its processes (tests/torch_only.py reads this)
 import zmq  # noqa: F401 - the listener needs ZeroMQ
 from ranks_checks import free_port
-from remote_procs import ROOT, SCRIPTS, until
+from remote_procs import ROOT, SCRIPTS, kill_tree, until
 
 import nbdebug
 
@@ -58,8 +57,5 @@ def test_odd_rank_set_before_the_ranks_join_names_the_scaled_rank(tmp_path):
             assert proc.wait(180) == 0, log.read_text()[-3000:]
             assert len(odd_hits()) == before  # rank 2 stayed odd; nothing watched it any more
         finally:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            kill_tree(proc.pid)
             proc.wait()

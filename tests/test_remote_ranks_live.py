@@ -11,7 +11,6 @@ exits 0.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 
@@ -19,7 +18,7 @@ import pytest
 import torch  # noqa: F401 - the job runs torch.distributed in its processes (tests/torch_only.py reads this)
 import zmq  # noqa: F401 - the listener needs ZeroMQ
 from ranks_checks import NAN_STEP, free_port
-from remote_procs import ROOT, SCRIPTS, until
+from remote_procs import ROOT, SCRIPTS, kill_tree, until
 
 import nbdebug
 from nbdebug.ui.job_panel import JobPanel
@@ -81,8 +80,5 @@ def test_live_torchrun_job_first_nonfinite_rank_and_group_pause(tmp_path, nproc,
             until(lambda: all(str(s.state) == "terminated" for s in srcs), 20, "every rank terminated")
             panel.close()
         finally:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)  # torchrun and every rank, whatever happened above
-            except ProcessLookupError:
-                pass
+            kill_tree(proc.pid)  # torchrun and every rank, whatever happened above
             proc.wait()
