@@ -78,22 +78,24 @@ def loss_fn() -> nn.Cell:
     return nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
 
 
+def _in_mode(mode: int):
+    """MindSpore's execution mode set to ``mode`` while the test runs, then put back."""
+    old = ms.get_context("mode")
+    ms.set_context(mode=mode)
+    yield
+    ms.set_context(mode=old)
+
+
 @pytest.fixture
 def pynative_mode():
     """PyNative mode for one test (``pytestmark = pytest.mark.usefixtures("pynative_mode")``)."""
-    mode = ms.get_context("mode")
-    ms.set_context(mode=ms.PYNATIVE_MODE)
-    yield
-    ms.set_context(mode=mode)
+    yield from _in_mode(ms.PYNATIVE_MODE)
 
 
 @pytest.fixture
 def graph_mode():
     """GRAPH mode for one test (``pytestmark = pytest.mark.usefixtures("graph_mode")``)."""
-    mode = ms.get_context("mode")
-    ms.set_context(mode=ms.GRAPH_MODE)
-    yield
-    ms.set_context(mode=mode)
+    yield from _in_mode(ms.GRAPH_MODE)
 
 
 def pynative_trainer(net: nn.Cell, lr: float = 0.05):

@@ -78,8 +78,8 @@ def kill_tree(pid: int) -> None:
 @contextlib.contextmanager
 def ddp_nan_job(env: dict[str, str], tmp_path: Path, gate: Path, steps: int, nan_rank: int, nan_step: int):
     """``torchrun --nproc-per-node 2 -m nbdebug.run ddp_nan.py`` (``nan_rank`` makes a NaN at ``nan_step``; a
-    step past ``steps`` makes none) with ``env`` (a listener's); yields ``(process, log path)``; the launcher's
-    process group is killed on the way out."""
+    step past ``steps`` makes none) with ``env`` (a listener's); yields ``(process, log path)``; the launcher
+    and every process it started are killed on the way out (:func:`kill_tree`)."""
     from ranks_checks import free_port
 
     full = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT), **env)

@@ -14,6 +14,7 @@ import mindspore as ms
 import numpy as np
 import pytest
 from mindspore import nn
+from ms_fixtures import pynative_mode  # noqa: F401 - the fixture
 
 import nbdebug
 from nbdebug.dump.precision import MsprobeStep
@@ -30,21 +31,14 @@ class Net(nn.Cell):
         return self.fc2(self.act(self.fc1(x)))
 
 
-@pytest.fixture
-def pynative():
-    old = ms.get_context("mode")
-    ms.set_context(mode=ms.PYNATIVE_MODE)
-    yield
-    ms.set_context(mode=old)
-
-
 def _rank_dir(root, step):
     subs = os.listdir(os.path.join(root, f"step{step}"))
     assert len(subs) == 1, subs
     return os.path.join(root, f"step{step}", subs[0])
 
 
-def test_mindspore_tensor_dump(tmp_path, pynative):
+@pytest.mark.usefixtures("pynative_mode")
+def test_mindspore_tensor_dump(tmp_path):
     ms.set_seed(0)
     net = Net()
     loss_fn = nn.MSELoss()
@@ -87,7 +81,8 @@ def test_mindspore_tensor_dump(tmp_path, pynative):
     assert any(v == "Cell.fc1.Dense.forward.0" for v in construct.values())  # the ops inside fc1
 
 
-def test_msprobe_step_callback_with_model_train(tmp_path, pynative):
+@pytest.mark.usefixtures("pynative_mode")
+def test_msprobe_step_callback_with_model_train(tmp_path):
     ms.set_seed(0)
     net = Net()
     pd = nbdebug.PrecisionDebugger(dump_path=str(tmp_path), task="statistics", level="L0")
