@@ -4,6 +4,7 @@
  */
 import { renderGraph } from './graph';
 import { renderHeatmap } from './heatmap';
+import { renderHits } from './hits';
 import { renderRelations } from './relations';
 import { renderTimeline } from './timeline';
 import { StaticModel, WidgetModel, Msg } from './model';
@@ -14,6 +15,7 @@ type Renderer = (model: WidgetModel, el: HTMLElement) => Cleanup | void;
 const RENDERERS: Record<string, Renderer> = {
   graph: renderGraph,
   heatmap: renderHeatmap,
+  hits: renderHits,
   relations: renderRelations,
   timeline: renderTimeline
 };

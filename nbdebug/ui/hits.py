@@ -10,11 +10,16 @@ titled ``Could not check (M)``) and are never counted as hits.
 Hits are grouped by node and condition (``nbdebug-hit-group``: one header per node and condition naming
 the steps and the count, at most :data:`ROWS_PER_GROUP` of its records below) and paged
 (:data:`PAGE_GROUPS` groups a page, ``nbdebug-hit-pager``), with a summary per condition above
-(``nbdebug-hit-summary``): thousands of hits stay a few dozen widgets, so a panel stays small over the
-websocket and in a saved notebook. Each record row (``nbdebug-hit-row``) shows the condition and slot, and
+(``nbdebug-hit-summary``). Each record row (``nbdebug-hit-row``) shows the condition and slot, and
 for every parameter that fired the threshold that was set against the actual value. Clicking the row's
 main button (``nbdebug-hit-select``) selects the node; ``View`` (``nbdebug-hit-view``) opens the tensor
-view on the hit's tensor. Rows are rebuilt only when the records or the page change.
+view on the hit's tensor.
+
+The shown page and its pager are drawn in the browser by one widget (``frontend/src/hits.ts``) from one
+``hits`` message, sent again only when what it shows changed: a page of hits is one widget model, not
+~140 (a model per button, label, box, layout and style: most of a hit panel's time to open, in messages
+through the kernel, the server and the browser). Kernel side :meth:`HitList.groups` and
+:meth:`HitList.rows` are what it shows; a row's ``click()`` is the browser's click.
 
 >>> from nbdebug.watch.watchpoints import HitRecord
 >>> from nbdebug.watch.conditions import Hit
@@ -25,6 +30,8 @@ view on the hit's tensor. Rows are rebuilt only when the records or the page cha
 >>> hl = HitList(Src())
 >>> hl.title.value, len(hl.rows()), len(hl.notice_rows()), hl.notice_title.value
 ('<b>Hits</b> (1)', 1, 1, '<b>Could not check</b> (1)')
+>>> [m["groups"][0]["rows"][0][0] for m in hl.list.recorded()]   # the message the browser draws
+['TO · output.0']
 """
 
 from __future__ import annotations
@@ -39,6 +46,8 @@ from ipywidgets.widgets.widget_string import HTMLStyle
 from ..watch.conditions import Firing
 from ..watch.temporal import ADVICE
 from ..watch.watchpoints import count_hits
+from .frontend import FrontendWidget
+from .kit import Kit
 
 #: groups (node and condition) on one page of the hit list
 PAGE_GROUPS = 10
@@ -132,8 +141,52 @@ def summary_text(hits: list[Any]) -> str:
                       for c, (n, nodes) in per.items())
 
 
+class Shown:
+    """A text the browser shows (a group's title, a row's detail): its HTML as ``value``."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: str) -> None:
+        self.value = value
+
+
+class Action:
+    """A button of a hit row as the browser draws it; :meth:`click` does what the browser's click does."""
+
+    __slots__ = ("description", "tooltip", "_act")
+
+    def __init__(self, description: str, tooltip: str, act: Callable[[], Any]) -> None:
+        self.description, self.tooltip, self._act = description, tooltip, act
+
+    def click(self) -> None:
+        self._act()
+
+
+class HitRow:
+    """One listed hit record: ``children`` = (select :class:`Action`, View :class:`Action`, detail
+    :class:`Shown`), in the browser's order."""
+
+    __slots__ = ("hit", "children")
+
+    def __init__(self, hit: Any, children: tuple[Action, Action, Shown]) -> None:
+        self.hit, self.children = hit, children
+
+
+class HitGroup:
+    """One group (node and condition) of the shown page: ``children`` = [title :class:`Shown`, *rows]."""
+
+    __slots__ = ("key", "children")
+
+    def __init__(self, key: tuple[str, str], children: list[Any]) -> None:
+        self.key, self.children = key, children
+
+
 class HitList:
-    """``on_select(name)`` when a row is clicked, ``on_view(hit)`` for its View button."""
+    """``on_select(name)`` when a row is clicked, ``on_view(hit)`` for its View button.
+
+    The shown page of groups and the pager are one :class:`~nbdebug.ui.frontend.FrontendWidget`
+    (``view="hits"``, ``frontend/src/hits.ts``) fed one ``hits`` message; :meth:`groups` and :meth:`rows`
+    are what it shows, kernel side."""
 
     def __init__(self, source: Any, on_select: Callable[[str], Any] = lambda name: None,
                  on_view: Callable[[Any], Any] = lambda hit: None) -> None:
@@ -141,48 +194,26 @@ class HitList:
         self.on_select = on_select
         self.on_view = on_view
         self._sig: Any = None
+        self._notice_sig: Any = None
         self.hits: list[Any] = []
         self.notices: list[Any] = []
-        self.title = w.HTML("<b>Hits</b>")
-        self.title.add_class("nbdebug-hit-title")
-        self.list = w.VBox([], layout=w.Layout(max_height="260px", overflow="auto"))
-        self.list.add_class("nbdebug-hit-list")
-        self.note = w.HTML("")
+        # one Layout and one style model shared by the labels (a model each is a message and saved state each)
+        kit = self.kit = Kit()
+        self.title = self._label("<b>Hits</b>", "nbdebug-hit-title")
+        self.list = FrontendWidget(view="hits", height=260, layout=kit.layout())
         self.page = 0
         self._groups: list[tuple[tuple[str, str], list[Any]]] = []
-        self._boxes: dict[tuple[str, str], tuple[w.VBox, w.HTML, Any]] = {}  # the shown groups' widgets
-        # one Layout and one style model per kind of element, shared by every row (a model each would be
-        # most of a panel's bytes over the websocket and in a saved notebook)
-        self._layouts = {
-            "select": w.Layout(width="auto", max_width="min(420px, calc(100% - 64px))"),  # View fits beside it
-            "view": w.Layout(width="52px"),
-            "plain": w.Layout(),
-            # flex "0 0 auto": rows keep their height and the list scrolls (they would shrink and overlap)
-            "row": w.Layout(align_items="center", flex_flow="row wrap", flex="0 0 auto"),
-            "group": w.Layout(flex="0 0 auto", border_left="3px solid #cf222e", padding="0 0 0 4px",
-                              margin="0 0 4px 0"),
-            "notice": w.Layout(flex="0 0 auto"),
-        }
-        self._styles = {"button": w.ButtonStyle(), "html": HTMLStyle()}
-        self._shared = {id(x) for x in [*self._layouts.values(), *self._styles.values()]}
-        self._empty = w.HTML("<i>no hits</i>")
-        self.summary = w.HTML("")
-        self.summary.add_class("nbdebug-hit-summary")
-        self.prev = w.Button(description="‹", tooltip="previous page", layout=w.Layout(width="32px"))
-        self.next = w.Button(description="›", tooltip="next page", layout=w.Layout(width="32px"))
-        self.prev.on_click(lambda _b: self.page_to(self.page - 1))
-        self.next.on_click(lambda _b: self.page_to(self.page + 1))
-        self.pager_label = w.HTML("")
-        self.pager = w.HBox([self.prev, self.pager_label, self.next],
-                            layout=w.Layout(display="none", align_items="center"))
-        self.pager.add_class("nbdebug-hit-pager")
-        self.notice_title = w.HTML("")
-        self.notice_title.add_class("nbdebug-hit-notice-title")
+        self._shown: list[HitGroup] = []  # the groups of the shown page
+        self._rev = 0  # the page last sent; a click names the page it was made on
+        self._cache: dict[tuple[str, str], tuple[Any, HitGroup]] = {}  # a shown group's rows, while unchanged
+        self.list.handle("hit-click", self._clicked)
+        self.summary = self._label("", "nbdebug-hit-summary")
+        self.notice_title = self._label("", "nbdebug-hit-notice-title")
         self.notice_list = w.VBox([], layout=w.Layout(max_height="140px", overflow="auto"))
-        self.notice_box = w.VBox([self.notice_title, self.notice_list], layout=w.Layout(display="none"))
-        self.notice_box.add_class("nbdebug-hit-notices")
-        self.widget = w.VBox([self.title, self.summary, self.list, self.pager, self.note, self.notice_box])
-        self.widget.add_class("nbdebug-hits")
+        self.notice_box = w.VBox([self.notice_title, self.notice_list], layout=w.Layout(display="none"),
+                                 _dom_classes=("nbdebug-hit-notices",))
+        self.widget = w.VBox([self.title, self.summary, self.list, self.notice_box], layout=kit.layout(),
+                             _dom_classes=("nbdebug-hits",))
         self.refresh()
 
     def refresh(self, force: bool = False) -> None:
@@ -198,7 +229,16 @@ class HitList:
         self.title.value = f"<b>Hits</b> ({count_hits(records)})"
         many = len(self._groups) > 1 and len(self.hits) > len(self._groups)
         self.summary.value = f"<small>{html.escape(summary_text(self.hits))}</small>" if many else ""
+        notice_sig = tuple(id(h) for h in self.notices[:MAX_NOTICES]) + (len(self.notices),)
+        if force or notice_sig != self._notice_sig:
+            self._notice_sig = notice_sig
+            self._show_notices()
+
+    def _show_notices(self) -> None:
+        old = list(self.notice_list.children)
         self.notice_list.children = [self._notice(h) for h in self.notices[:MAX_NOTICES]]
+        for row in old:
+            row.close()
         more = len(self.notices) - MAX_NOTICES
         self.notice_title.value = (f"<b>Could not check</b> ({len(self.notices)})"
                                    + (f" <small>first {MAX_NOTICES} listed</small>" if more > 0 else ""))
@@ -217,29 +257,26 @@ class HitList:
         self.page = min(self.page, self.pages - 1)
         first = self.page * PAGE_GROUPS
         shown = self._groups[first:first + PAGE_GROUPS]
-        boxes, kept = [], {}
-        for key, rs in shown:
-            box = self._group(key, rs)
-            kept[key] = self._boxes[key]
-            boxes.append(box)
-        for key, (box, _head, _sig) in self._boxes.items():  # groups no longer shown: their widgets go
-            if key not in kept:
-                _close(box, self._shared)
-        self._boxes = kept
-        children = boxes or [self._empty]
-        if list(self.list.children) != children:
-            self.list.children = children
+        self._shown = [self._group(key, rs) for key, rs in shown]
+        keys = {g.key for g in self._shown}
+        self._cache = {k: v for k, v in self._cache.items() if k in keys}
         n = len(self._groups)
-        self.pager_label.value = (f"<small>groups {first + 1}–{first + len(shown)} of {n} "
-                                  f"(node · condition)</small>")
-        self.prev.disabled = self.page == 0
-        self.next.disabled = self.page >= self.pages - 1
-        self.pager.layout.display = "flex" if n > PAGE_GROUPS else "none"
-        self.note.value = ""
+        pager = None
+        if n > PAGE_GROUPS:
+            pager = {"label": f"<small>groups {first + 1}–{first + len(shown)} of {n} (node · condition)</small>",
+                     "prev": self.page > 0, "next": self.page < self.pages - 1}
+        content = {"groups": [{"title": g.children[0].value,
+                               "rows": [[r.children[0].description, r.children[0].tooltip, r.children[2].value]
+                                        for r in g.children[1:]]} for g in self._shown],
+                   "empty": "<i>no hits</i>", "pager": pager}
+        last = next((m for m in self.list.recorded() if m["type"] == "hits"), None)
+        if last is None or {k: v for k, v in last.items() if k not in ("type", "rev")} != content:
+            self._rev += 1
+            self.list.post({"type": "hits", "rev": self._rev, **content})
 
-    def _group(self, key: tuple[str, str], records: list[Any]) -> w.VBox:
-        """The group's box: built once, then only its title changes while its listed records stay the same
-        (thousands of hits arriving do not rebuild rows, nor leave closed-over widgets in the browser)."""
+    def _group(self, key: tuple[str, str], records: list[Any]) -> HitGroup:
+        """The group as shown: its title counts every record, its rows are the first :data:`ROWS_PER_GROUP`
+        (made once while they stay the same: thousands of hits arriving only change the title)."""
         node, condition = key
         n = len(records)
         more = f" · {ROWS_PER_GROUP} listed" if n > ROWS_PER_GROUP else ""
@@ -249,61 +286,55 @@ class HitList:
                  f"{steps_text([h.step for h in records])} · {n} hit{'s' if n != 1 else ''}{more}</small>")
         listed = records[:ROWS_PER_GROUP]
         sig = tuple((h.watchpoint, h.slot, h.step, h.hits) for h in listed)
-        old = self._boxes.get(key)
-        if old is not None and old[2] == sig:
-            if old[1].value != title:
-                old[1].value = title
-            return old[0]
-        if old is not None:
-            _close(old[0], self._shared)
-        head = w.HTML(title, layout=self._layouts["plain"], style=self._styles["html"],
-                      _dom_classes=("nbdebug-hit-group-title",))
-        box = w.VBox([head] + [self._row(h) for h in listed], layout=self._layouts["group"],
-                     _dom_classes=("nbdebug-hit-group",))
-        self._boxes[key] = (box, head, sig)
-        return box
+        old = self._cache.get(key)
+        if old is not None and old[0] == sig:
+            old[1].children[0].value = title
+            return old[1]
+        group = HitGroup(key, [Shown(title)] + [self._row(h) for h in listed])
+        self._cache[key] = (sig, group)
+        return group
 
-    def _row(self, h: Any) -> w.HBox:
-        lay, sty = self._layouts, self._styles
-        sel = w.Button(description=f"{h.condition} · {h.slot}",  # node: the group's title
-                       tooltip=f"watchpoint #{h.watchpoint}: {h.node} {h.slot}, step {h.step} — select the node",
-                       layout=lay["select"], style=sty["button"], _dom_classes=("nbdebug-hit-select",))
-        sel.on_click(lambda _b: self.on_select(h.node))
-        detail = w.HTML(f"<small style='color:#cf222e'>{html.escape(hit_text(h))}</small>", layout=lay["plain"],
-                        style=sty["html"], _dom_classes=("nbdebug-hit-detail",))
-        view = w.Button(description="View", layout=lay["view"], style=sty["button"], tooltip="open the tensor view",
-                        _dom_classes=("nbdebug-hit-view",))
-        view.on_click(lambda _b: self.on_view(h))
-        # classes given at creation: add_class would cost a message per widget over the websocket
-        row = w.HBox([sel, view, detail], layout=lay["row"], _dom_classes=("nbdebug-hit-row", "nbdebug-hit-hit"))
-        return row
+    def _row(self, h: Any) -> HitRow:
+        sel = Action(f"{h.condition} · {h.slot}",  # node: the group's title
+                     f"watchpoint #{h.watchpoint}: {h.node} {h.slot}, step {h.step} — select the node",
+                     lambda: self.on_select(h.node))
+        view = Action("View", "open the tensor view", lambda: self.on_view(h))
+        detail = Shown(f"<small style='color:#cf222e'>{html.escape(hit_text(h))}</small>")
+        return HitRow(h, (sel, view, detail))
+
+    def _clicked(self, content: dict[str, Any], _buffers: list[Any]) -> None:
+        """A click in the browser: a row's button on page ``rev`` (dropped if another page was sent since),
+        or the pager."""
+        action = content.get("action")
+        if action in ("prev", "next"):
+            self.page_to(self.page + (1 if action == "next" else -1))
+            return
+        if content.get("rev") != self._rev or action not in ("select", "view"):
+            return
+        g, r = content.get("group"), content.get("row")
+        if not (isinstance(g, int) and isinstance(r, int) and 0 <= g < len(self._shown)):
+            return
+        rows = self._shown[g].children[1:]
+        if 0 <= r < len(rows):
+            rows[r].children[0 if action == "select" else 1].click()
 
     def _notice(self, h: Any) -> w.HTML:
         text = f"{h.condition} · {h.node} {h.slot} · step {h.step}: {hit_text(h)}"
-        row = w.HTML(f"<small style='color:#8c6d1f'>{html.escape(text)}</small>",
-                     layout=self._layouts["notice"], style=self._styles["html"],
-                     _dom_classes=("nbdebug-hit-notice", "nbdebug-hit-unchecked"))
-        return row
+        return self._label(f"<small style='color:#8c6d1f'>{html.escape(text)}</small>", "nbdebug-hit-notice",
+                           "nbdebug-hit-unchecked", flex="0 0 auto")
 
-    def rows(self) -> list[w.HBox]:
-        """The hit rows (notices excluded), in order."""
-        return [r for g in self.list.children if isinstance(g, w.VBox) for r in g.children
-                if isinstance(r, w.HBox)]
+    def _label(self, value: str, *classes: str, **layout: str) -> w.HTML:
+        """An HTML label on the kit's shared models, its classes given at creation (``add_class`` afterwards
+        would be one more message per widget)."""
+        return w.HTML(value, layout=self.kit.layout(**layout), style=self.kit.style(HTMLStyle), _dom_classes=classes)
 
-    def groups(self) -> list[w.VBox]:
-        return [g for g in self.list.children if isinstance(g, w.VBox)]
+    def rows(self) -> list[HitRow]:
+        """The hit rows of the shown page (notices excluded), in order."""
+        return [r for g in self._shown for r in g.children[1:]]
+
+    def groups(self) -> list[HitGroup]:
+        """The groups of the shown page."""
+        return list(self._shown)
 
     def notice_rows(self) -> list[w.HTML]:
         return list(self.notice_list.children)
-
-
-def _close(box: w.Widget, shared: set[int] = frozenset()) -> None:
-    """Close a widget and everything in it (the browser drops their models), but not the ``shared`` models."""
-    stack = [box]
-    while stack:
-        wd = stack.pop()
-        stack.extend(getattr(wd, "children", ()))
-        for part in (getattr(wd, "layout", None), getattr(wd, "style", None)):  # models of their own
-            if isinstance(part, w.Widget) and id(part) not in shared:
-                part.close()
-        wd.close()
