@@ -67,6 +67,14 @@ def read_tensor_file(tf: TensorFile) -> np.ndarray:
     return read_file_with(tf, read_framework_file)
 
 
+def _api_parameters(framework: str) -> Callable[[str], Any] | None:
+    """The framework backend's parameter names of an op node (live slot names of keyword arguments)."""
+    from .frameworks.registry import find_backend
+
+    b = find_backend(framework) if framework else None
+    return b.api_parameters if b is not None else None
+
+
 class OfflineSession(Reader, PanelOwner):
     """A dump loaded for analysis: graph, per-step statistics, tensors on demand, watchpoints and hits.
 
@@ -96,6 +104,8 @@ class OfflineSession(Reader, PanelOwner):
         self.rank_loader: Callable[[str], OfflineSession] | None = None
         self._rank_sessions: dict[int, OfflineSession] = {}
         self._job: Any = None
+        if isinstance(session, DumpSession) and session.api_parameters is None:  # live slot names as aliases
+            session.api_parameters = _api_parameters(session.framework)
 
     # -- what was loaded ----------------------------------------------------------------------------
     @property
@@ -146,6 +156,13 @@ class OfflineSession(Reader, PanelOwner):
         means is :attr:`current_step`. Reading it raises ``AttributeError`` saying so."""
         raise AttributeError("an offline session has no step in progress (step_index); the step 'current' "
                              "means is current_step, the steps it holds are steps")
+
+    def slot_names(self, node: str, slot: str) -> tuple[str, ...]:
+        """The names ``node``'s slot answers to here: the dump's (msProbe's layout, shown in tables, hits and
+        compares) first, then the live session's name of the same tensor, which every reading method
+        accepts too (``input.weight`` for the dump's ``input.2`` of ``F.layer_norm``)."""
+        s = self.session
+        return s.slot_names(node, slot) if isinstance(s, DumpSession) else (slot,)
 
     @property
     def live(self) -> bool:

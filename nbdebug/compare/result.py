@@ -151,10 +151,17 @@ class CompareResult:
             self._index = {}
             for r in self.rows:
                 self._index.setdefault((r.target if r.target is not None else r.golden, r.slot), r)
-        try:
-            return self._index[(node, slot)]
-        except KeyError:
-            raise KeyError(f"no compared tensor {node} {slot}") from None
+        row = self._index.get((node, slot))
+        for side in (self.target, self.golden):  # a live session's name of a dumped slot (``input.weight``)
+            if row is not None:
+                break
+            sess = getattr(side, "session", side)
+            slot_of = getattr(sess, "slot_of", None)
+            if slot_of is not None and node in getattr(sess, "graph", {}):
+                row = self._index.get((node, slot_of(node, slot)))
+        if row is None:
+            raise KeyError(f"no compared tensor {node} {slot}")
+        return row
 
     def by_status(self, status: str) -> list[CompareRow]:
         if status not in STATUSES:

@@ -187,6 +187,12 @@ class Backend:
         """A tensor file of this framework's format as a numpy array (``ValueError`` naming the file)."""
         raise ValueError(f"{path}: {self.name} has no tensor file format of its own")
 
+    def api_parameters(self, node: str) -> tuple[str, ...] | None:
+        """The parameter names, in order, of the API an op node called (``Functional.layer_norm.0.forward``:
+        ``input, normalized_shape, weight, bias, eps``) where the live capture and the dump may name its
+        arguments differently (by keyword live, by position in the dump); None elsewhere."""
+        return None
+
     def load_weights(self, source: Any, *, trust_pickle: bool = False) -> tuple[dict[str, Any], Any, set[str]]:
         """A checkpoint file (or a live model) as ``(name -> numpy array, trainable names or None, names
         that are not trainable weights)``; nothing is unpickled unless ``trust_pickle``."""

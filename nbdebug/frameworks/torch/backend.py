@@ -63,6 +63,11 @@ class TorchBackend(Backend):
 
         return load_pt(path)
 
+    def api_parameters(self, node: str) -> tuple[str, ...] | None:
+        from .io import api_parameters
+
+        return api_parameters(node)
+
     def load_weights(self, source: Any, *, trust_pickle: bool = False) -> tuple[dict[str, Any], Any, set[str]]:
         from .io_load import load_state
 

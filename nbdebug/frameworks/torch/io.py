@@ -154,6 +154,19 @@ def as_called(fn: Any, args: tuple, kwargs: dict, depth: int = 2) -> tuple[tuple
     return new_args, {k: merged[k] for k in names}
 
 
+def api_parameters(node: str) -> tuple[str, ...] | None:
+    """The parameter names of the Python-level torch function a forward API node called, in order (None for
+    other nodes): the ones whose arguments :func:`as_called` names as the caller passed them in a dump, where
+    the live capture names them as the function handed them to ``__torch_function__``."""
+    prefix, _, rest = node.partition(".")
+    owner = {"Functional": torch.nn.functional, "Torch": torch}.get(prefix)
+    if owner is None or not node.endswith(".forward"):
+        return None
+    fn = getattr(owner, rest.rsplit(".", 2)[0], None)
+    params = _params(fn) if fn is not None and hasattr(fn, "__code__") else None
+    return tuple(params) if params else None
+
+
 def _item(v: Any) -> Any:
     if v is None:
         return None
