@@ -11,9 +11,12 @@ STAMP := $(VENV)/.nbdebug-installed
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-# Reinstall when the packaging, the pins or the native statistics kernel change.
+# Reinstall when the packaging, the pins or the native statistics kernel change. --no-compile: pip would
+# byte-compile every file of torch, MindSpore and transformers (half the install's time: 2.5 instead of 5 min
+# here); Python compiles the modules a process imports, once, on first import.
+PIP_INSTALL := install -q --no-compile
 $(STAMP): $(PY) pyproject.toml constraints.txt setup.py $(wildcard nbdebug/frameworks/*.c)
-	$(PIP) install -q -c constraints.txt -e '.[dev]'
+	$(PIP) $(PIP_INSTALL) -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
 # A second, small environment: what a PyTorch user gets with numpy 2 (`pip install nbdebug[torch]` and
@@ -31,11 +34,11 @@ $(PY_NP2):
 NP2_DEPS := $(VENV_NP2)/.deps-installed
 
 $(NP2_DEPS): $(PY_NP2)
-	$(PY_NP2) -m pip install -q 'torch==2.13.0' 'numpy>=2' 'pandas<3' pytest pytest-timeout pytest-xdist
+	$(PY_NP2) -m pip $(PIP_INSTALL) 'torch==2.13.0' 'numpy>=2' 'pandas<3' pytest pytest-timeout pytest-xdist
 	touch $@
 
 $(STAMP_NP2): $(NP2_DEPS) pyproject.toml setup.py $(wildcard nbdebug/frameworks/*.c) | $(STAMP) labextension
-	$(PY_NP2) -m pip install -q -e '.[torch]'
+	$(PY_NP2) -m pip $(PIP_INSTALL) -e '.[torch]'
 	touch $(STAMP_NP2)
 
 LABEXT_SRC := labextension/package.json labextension/tsconfig.json \

@@ -63,7 +63,7 @@ def numpy2_venv(tmp_path_factory):
     venv = tmp / "venv"
     _run([sys.executable, "-m", "venv", venv])
     py = venv / "bin" / "python"
-    _run([py, "-m", "pip", "install", "-q", "numpy>=2"])
+    _run([py, "-m", "pip", "install", "-q", "--no-compile", "numpy>=2"])
     src = tmp / "src"
     shutil.copytree(REPO, src, ignore=IGNORE)
     return py, src
