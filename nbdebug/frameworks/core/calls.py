@@ -231,7 +231,8 @@ class Calls:
 
         ``state``: ``(qual, key, tensor)`` triples, the optimizer's state after the step (``exp_avg`` ...),
         recorded as slots ``{key}.{qual}``: the per-parameter statistics of the step whichever
-        implementation ran it (one op per parameter, ``foreach`` lists, a fused kernel). A kernel that
+        implementation ran it (one op per parameter, ``foreach`` lists, a fused kernel); each gets an edge
+        from the op of the step that wrote it last (AdamW's ``Tensor.__iadd__`` of ``state['step']``). A kernel that
         updates tensors without bumping their version counter: the adapter drops their records first."""
         name = f"Optimizer.{cls}.step.{self._opt_calls}"
         self._opt_calls += 1
@@ -254,6 +255,8 @@ class Calls:
             slot = f"{key}.{qual}"
             if not self.ops.has_versions:
                 self._seen.pop(id(t), None)
-            self.slot(node, slot, t, as_input=False, origin=False, keep=False)
+            producer = self.slot(node, slot, t, as_input=False, origin=False, keep=False).producer
+            if producer is not None and producer[0] != name:  # the op of this step that wrote it last
+                graph.add_edge(producer[0], name, producer[1], slot)
             self.session.store.refuse((name, slot), f"not retained: {name} {slot} is kept as statistics only")
         return node

@@ -61,6 +61,16 @@ def mutated_args(info: tuple[str, str], args: tuple, kwargs: dict) -> list[torch
     return out
 
 
+def index_tensors(index: Any) -> list[torch.Tensor]:
+    """The tensors of an indexing expression (``x[t]``, ``x[torch.arange(n), idx]``, ``x[[t, u]]``): they pick
+    the values of the result, so its consumers read them too."""
+    if isinstance(index, torch.Tensor):
+        return [index]
+    if isinstance(index, (tuple, list)):
+        return [t for t in index if isinstance(t, torch.Tensor)]
+    return []
+
+
 #: Tensor properties that return a view or alias of the tensor (``w.T``, ``p.data``)
 _VIEW_PROPERTIES = frozenset({"T", "mT", "H", "mH", "data", "real", "imag"})
 _PASS = ("", "")  # a torch call msProbe does not record: runs unrecorded, its result keeps its input's producer
