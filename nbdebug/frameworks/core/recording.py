@@ -56,16 +56,20 @@ class Recording:
             node.shapes.setdefault(slot, ())
         else:
             i = session.recorder.add(key, seen.row, dtype, seen.shape, seen.count)
-            if seen.why is not None:
-                session.recorder.unsupported[i] = seen.why
             node.shapes[slot] = seen.shape
             node.dtypes[slot] = dtype
+        why = seen.why
+        if why is not None:
+            if dtype is not None:
+                session.recorder.unsupported[i] = why
+            keep = False
         if self.tap is not None:
             self._tapped.setdefault(name, []).append((slot, t))
-        if keep and seen.why is None:
-            pinned = name in session.pinned
+        if keep:
+            pinned = session.pinned
+            pinned = bool(pinned) and name in pinned
             # retention (inline: the hot path); the optimizer's ops keep statistics only unless watched
-            if (self.retain and node.section != "optimizer") or pinned:
+            if pinned or (self.retain and node.section != "optimizer"):
                 store = session.store
                 handle = seen.handle
                 if handle is None:
@@ -80,8 +84,10 @@ class Recording:
                     pass
                 elif dtype is None:  # the size is known at the flush: offered then
                     self._offers.append((key, handle, seen.row))
+                elif pinned:
+                    store.offer(key, handle, force=True, inputs_too=name in session.kept)
                 else:
-                    store.offer(key, handle, force=pinned, inputs_too=pinned and name in session.kept)
+                    store.offer(key, handle)
         if as_input:
             producer = seen.producer
             if producer is None and origin:

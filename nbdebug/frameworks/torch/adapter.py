@@ -36,7 +36,7 @@ from . import api_names as _names
 from .ddp import ReducedGrads
 from .module_grads import ModuleGrads
 from .monitor import TorchMonitor
-from .op_calls import _MUTATED_ARGS, _PASS, _api_prefix, _operator_at, _reflected_at, mutated_args
+from .op_calls import _MUTATED_ARGS, _PASS, _api_prefix, _operator_at, _reflected_at, index_tensors, mutated_args
 from .ops import TorchOps, TorchRef
 from .recompute import STOPPED, recomputing, run_backward
 
@@ -46,6 +46,7 @@ _NO_TORCH_FUNCTION = torch._C.DisableTorchFunction
 _OUTPUTS = tuple(slot_name("output", i) for i in range(16))  # the same string objects as ``outputs`` names
 _autograd_node = torch._C._current_autograd_node  # not None while backward runs a node
 _TENSOR_BACKWARD = torch.Tensor.backward
+_GETITEM = torch.Tensor.__getitem__
 class _OpMode(TorchFunctionMode):
     """Sees every torch-level call while pushed on the training thread."""
 
@@ -146,8 +147,8 @@ class TorchAdapter(ModuleGrads, Capture):
         self._ok_frame = None  # last op caller frame known to be inside it
         self._disarmed: dict[int, _OpMode] = {}  # thread -> mode left on its stack by an interrupt
         self._api_cache: dict[Any, tuple[str, str] | None] = {}
-        #: (prefix, api) -> whether the op writes into its first argument (``add_``, ``__iadd__``)
-        self._inplace_ops: dict[tuple[str, str], bool] = {}
+        #: (prefix, api) -> what its calls share (see :meth:`_plan`)
+        self._plans: dict[tuple[str, str], tuple[bool, bool, list[tuple[str, str]]]] = {}
         self._modes: dict[int, _OpMode] = {}
         self._reduced = ReducedGrads(self)
         self._module_info: dict[int, tuple[str, str, bool, bool]] = {}
@@ -324,35 +325,56 @@ class TorchAdapter(ModuleGrads, Capture):
         out = func(*args, **kwargs)
         if isinstance(out, torch.Tensor) and args and isinstance(args[0], torch.Tensor) and out is not args[0]:
             also = [t for t in (*args[1:], *kwargs.values()) if isinstance(t, torch.Tensor) and t.is_floating_point()]
+            if func is _GETITEM and len(args) > 1:  # ``x[torch.arange(n), idx]``: the indices pick the values
+                also += index_tensors(args[1])
             self.derived(out, args[0], also)
         return out
 
+    def _plan(self, info: tuple[str, str]) -> tuple[bool, bool, list[tuple[str, str]]]:
+        """What an API's calls share (made once per API): whether it writes into its first argument
+        (``add_``, ``__iadd__``), whether it mutates other arguments, and the names of its calls by per-step
+        counter, ``(forward node, backward node)``, grown as counters first reach them: the same string
+        objects every step, so the graph's, recorder's and store's dicts compare them by identity."""
+        api = info[1]
+        inplace = (api.endswith("_") and not api.endswith("__")) or api in _INPLACE_OPERATORS
+        plan = self._plans[info] = (inplace, info in _MUTATED_ARGS, [])
+        return plan
+
+    @staticmethod
+    def _names(info: tuple[str, str], count: int, names: list[tuple[str, str]]) -> tuple[str, str]:
+        base = f"{info[0]}.{info[1]}.{count}"
+        entry = (base + ".forward", base + ".backward")
+        if count == len(names) and count < 100_000:
+            names.append(entry)
+        return entry
+
     def run_op(self, info: tuple[str, str], func, args, kwargs):
-        prefix, api = info
-        inplace = self._inplace_ops.get(info)
-        if inplace is None:
-            inplace = self._inplace_ops[info] = (api.endswith("_") and not api.endswith("__")) or \
-                api in _INPLACE_OPERATORS
-        inplace = inplace or "out" in kwargs
+        plan = self._plans.get(info)
+        if plan is None:
+            plan = self._plan(info)
+        inplace, mutates, names = plan
+        if kwargs and "out" in kwargs:
+            inplace = True
         self.busy = True
         try:
             with _NO_TORCH_FUNCTION():
-                count = self._counts.get(info, 0)
-                self._counts[info] = count + 1
-                base = f"{prefix}.{api}.{count}"
-                name = base + ".forward"
+                counts = self._counts
+                count = counts.get(info, 0)
+                counts[info] = count + 1
+                name, pair = names[count] if count < len(names) else self._names(info, count, names)
                 section = self.section
                 scope = "optimizer" if section == "optimizer" else self._scope[-1] if self._scope else ""
                 site, self.site = (scope, self.site), None
-                node = self.session.node(name, kind="op", op_type=api, scope=scope, section=section,
-                                         stack=self.stack, pair=base + ".backward", site=site)
+                node = self.session.node(name, kind="op", op_type=info[1], scope=scope, section=section,
+                                         stack=self.stack, pair=pair, site=site)
                 slot = self.slot
                 for s, t in self.arguments(args, kwargs):
                     slot(node, s, t, as_input=True)
                 if inplace:
-                    for _, t in self.arguments(args[:1], kwargs.get("out") and {"out": kwargs["out"]}):
+                    out_kw = {"out": kwargs["out"]} if kwargs.get("out") is not None else None  # a tensor: no `and`
+                    for _, t in self.arguments(args[:1], out_kw):
                         self._overwrite(t, name, section)
-                if info in _MUTATED_ARGS:
+                if mutates:
                     for t in mutated_args(info, args, kwargs):
                         self._overwrite(t, name, section)
         finally:
@@ -375,7 +397,7 @@ class TorchAdapter(ModuleGrads, Capture):
                         if gf is not None and gf not in grad_fns:
                             grad_fns.append(gf)
                 if grad_fns:
-                    hook = self._op_bwd_hook(base + ".backward", node)
+                    hook = self._op_bwd_hook(pair, node)
                     for gf in grad_fns:
                         self.hooks.add_step(gf.register_hook(hook))
         finally:
@@ -507,14 +529,18 @@ class TorchAdapter(ModuleGrads, Capture):
                  for path, cls, local in owners]
 
         def hook(p):
-            if not self.capturing or p.grad is None:
+            if not self.capturing:
+                return
+            with _NO_TORCH_FUNCTION():  # ``p.grad`` would pass through an op mode
+                grad = p.grad
+            if grad is None:
                 return
             called = [o for o in slots if o[0] in self._called]
             if not called and not self.level.modules:  # no module calls are recorded: the first owner
                 called = slots[:1]
             for _path, base, scope, local in called:
-                with torch._C.DisableTorchFunction():
-                    node = self.parameter_gradient(qual, base, scope, local, p.grad)
+                with _NO_TORCH_FUNCTION():
+                    node = self.parameter_gradient(qual, base, scope, local, grad)
                 self.emit_node(node)
             if called:  # under DDP: the reduced gradient too, once the allreduce wrote it
                 self._reduced.note(p, qual, [(b, sc, lo) for _pa, b, sc, lo in called], node.name)

@@ -176,17 +176,19 @@ class TorchMonitor(KeyColumns):
             adapter.session.recorder.active = True
             seen.add(key)
             t = output if type(output) is torch.Tensor else first_tensor(output)
-            if t is None or not t.is_floating_point() or t.layout is not torch.strided or not t.numel():
-                return
-            if guard:
-                adapter.busy = True
-            try:
-                rows.append((self._buf.add(t.detach())[0], c_norm, c_max))
-                if t.requires_grad and t.grad_fn is not None:  # never a hook on a leaf (a parameter)
-                    t.register_hook(functools.partial(grad_hook, gen=self._gen))  # one Python frame in backward
-            finally:
+            # the probe's own tensor calls (metadata, detach, the hook) would each pass through an op mode
+            with _NO_TORCH_FUNCTION():
+                if t is None or not t.is_floating_point() or t.layout is not torch.strided or not t.numel():
+                    return
                 if guard:
-                    adapter.busy = False
+                    adapter.busy = True
+                try:
+                    rows.append((self._buf.add(t.detach())[0], c_norm, c_max))
+                    if t.requires_grad and t.grad_fn is not None:  # never a hook on a leaf (a parameter)
+                        t.register_hook(functools.partial(grad_hook, gen=self._gen))  # one frame in backward
+                finally:
+                    if guard:
+                        adapter.busy = False
 
         return hook
 

@@ -15,12 +15,15 @@ moved to the host in one transfer per step (:meth:`StatsBuffer.raw`).
 
 from __future__ import annotations
 
+from weakref import ref as _weakref
+
 import numpy as np
 import torch
 
 from ...session.session import RAW_WIDTH, RawRows, raw_to_fields
 from ..core.native import codes_for
 from ..core.native import fastats as _fastats
+from ..core.records import Seen
 
 _NAN_ROW = [float("nan")] * 5 + [0.0] * 4
 
@@ -69,6 +72,9 @@ def _device_row(t: torch.Tensor) -> torch.Tensor:
 
 
 _STRIDED = torch.strided
+_ROW_BYTES = RAW_WIDTH * 8
+#: dtype -> (kernel code, name, bytes per element) of the dtypes the native kernel reads
+_FAST = {dt: (code, dtype_name(dt), torch.empty((), dtype=dt).element_size()) for dt, code in _FAST_CODES.items()}
 _NO_TORCH_FUNCTION = torch._C.DisableTorchFunction
 _NAMES: dict[torch.dtype, str] = {}  # dtype -> its name (``float32``), filled on first sight
 
@@ -93,6 +99,7 @@ class StatsBuffer(RawRows):
         self._pending: list[tuple[int, torch.Tensor]] = []  # rows still on a device
         self.fast = _fastats is not None
         self._ptr = self._host.ctypes.data  # address of row 0 (moves when the matrix grows)
+        self._cap = self._host.shape[0]
 
     def add(self, t: torch.Tensor) -> tuple[int, str, str | None]:
         """Queue the statistics of ``t``; returns (row, dtype name, unsupported reason or None)."""
@@ -107,7 +114,7 @@ class StatsBuffer(RawRows):
                 row = self._n
                 if row == self._host.shape[0]:
                     self._next_row()
-                    self._ptr = self._host.ctypes.data
+                    self._ptr, self._cap = self._host.ctypes.data, self._host.shape[0]
                 else:
                     self._n = row + 1
                 if not t.is_contiguous():
@@ -115,7 +122,7 @@ class StatsBuffer(RawRows):
                 _fastats.reduce(t.data_ptr(), n, code, self._ptr + row * (RAW_WIDTH * 8))
                 return row, name, None
         row = self._next_row()
-        self._ptr = self._host.ctypes.data
+        self._ptr, self._cap = self._host.ctypes.data, self._host.shape[0]
         why = unsupported_reason(t)
         if why is not None:
             self._host[row] = _NAN_ROW
@@ -126,6 +133,27 @@ class StatsBuffer(RawRows):
         with _NO_TORCH_FUNCTION():  # the statistics' own ops are never recorded (an op mode is on at L1/mix)
             self._pending.append((row, _device_row(t)))
         return row, name, None
+
+    def measure(self, t: torch.Tensor, version: int) -> Seen:
+        """Queue the statistics of ``t`` and return its :class:`~nbdebug.frameworks.core.records.Seen` (the
+        capture core's ``TensorOps.measure``: one frame for the common case of a dense CPU tensor)."""
+        fast = _FAST.get(t.dtype)
+        if fast is not None and self.fast and t.is_cpu and t.layout is _STRIDED:
+            n = t.numel()
+            if n:
+                code, name, size = fast
+                row = self._n
+                if row == self._cap:
+                    self._next_row()
+                    self._ptr, self._cap = self._host.ctypes.data, self._host.shape[0]
+                else:
+                    self._n = row + 1
+                src = t if t.is_contiguous() else t.contiguous()
+                _fastats.reduce(src.data_ptr(), n, code, self._ptr + row * _ROW_BYTES)
+                return Seen(_weakref(t), version, row, name, None, tuple(t.shape), n, n * size)
+        row, name, why = self.add(t)
+        n = t.numel()
+        return Seen(_weakref(t), version, row, name, why, tuple(t.shape), n, n * t.element_size())
 
     def raw(self) -> np.ndarray:
         """All rows so far as a host array; device rows come over in one transfer per device."""
