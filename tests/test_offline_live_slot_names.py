@@ -99,6 +99,17 @@ def test_hits_and_compare_rows_read_back_by_either_name(run):
     assert res.row(LN, "input.weight") is res.row(LN, "input.2")
     if level == "mix":
         assert res.row(TOP, "output.last_hidden_state") is res.row(TOP, "output.0.last_hidden_state")
+    # the live run against its own dump, both ways: the renamed slots pair, and agree
+    for target, golden in ((dbg, off), (off, dbg)):
+        res = nbdebug.compare(target, golden, step=last)
+        row = res.row(LN, "input.weight")
+        assert {row.slot, row.golden_slot} == {"input.weight", "input.2"} and row.status == "pass"
+        if level == "mix":
+            row = res.row(TOP, "output.last_hidden_state")
+            assert row.status == "pass" and {row.slot, row.golden_slot} == {"output.0.last_hidden_state",
+                                                                             "output.last_hidden_state"}
+        half = [(r.target, r.golden, r.slot) for r in res.rows if r.status == "unmatched" and r.matched_by]
+        assert half == []  # every slot of a paired node has its counterpart
 
 
 def test_a_nan_weight_reads_back_offline_by_the_live_names(tmp_path):

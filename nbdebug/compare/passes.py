@@ -34,6 +34,7 @@ import numpy as np
 
 from ..dump.names import parse_name
 from ..frameworks.registry import find_backend
+from ..session.dump_session import slot_aliases
 from ..session.stats import COL
 from .fusion import bias_fusions, fuse
 from .mapping import NodeDesc, canonical_slot, framework_of_names, match_nodes
@@ -151,6 +152,8 @@ def pair_rows(st: CompareState) -> None:
         g_slots = {canonical_slot(s, g.framework, st.cross): (s, i) for s, i in g.by[gname]}
         for slot, i in t.by[node]:
             hit = g_slots.pop(canonical_slot(slot, t.framework, st.cross), None)
+            if hit is None and not st.cross:  # a live run's name of a dumped slot (``input.weight``, ``input.2``)
+                hit = _alias_hit(st, node, gname, slot, g_slots)
             if hit is None:
                 add(CompareRow(node, gname, slot, None, status="unmatched", order=order, matched_by=how), i, -1)
                 continue
@@ -167,6 +170,22 @@ def pair_rows(st: CompareState) -> None:
     for node in st.unmatched_g:
         for slot, i in g.by[node]:
             add(CompareRow(None, node, slot, slot, status="unmatched", order=end), -1, i)
+
+
+def _alias_hit(st: CompareState, node: str, gname: str, slot: str, g_slots: dict) -> tuple[str, int] | None:
+    """The golden slot that is target ``slot`` under its other name (a live session against its dump: the
+    dump names slots as msProbe does, :func:`~nbdebug.session.dump_session.slot_aliases`)."""
+    params = None
+    for side, name in ((st.g, gname), (st.t, node)):
+        api_parameters = getattr(side.sess, "api_parameters", None)
+        if api_parameters is not None:
+            params = api_parameters(name)
+            break
+    for alt in slot_aliases(slot, params):
+        hit = g_slots.pop(canonical_slot(alt, st.g.framework, st.cross), None)
+        if hit is not None:
+            return hit
+    return None
 
 
 # 3 -------------------------------------------------------------------------------------------------
