@@ -238,10 +238,19 @@ class Recording:
         ``(args, kwargs, output)`` of a forward call, for the tap (dump writers)."""
         if self.tap is not None:
             self.tap(node, self._tapped.pop(node.name, []), call)
-        if node.name in self._done:  # a node with several gradient slots completes once
+        done = self._done
+        if node.name in done:  # a node with several gradient slots completes once
             return
-        self._done.add(node.name)
-        announce(self, node)
+        done.add(node.name)
+        s = self.session
+        node.order = s.order  # announce(), inline: once per node
+        s.order += 1
+        if s.has_listeners("node"):
+            self.busy = True
+            try:
+                s.emit("node", node)
+            finally:
+                self.busy = False
 
 
 def announce(owner: Any, node: Any) -> None:

@@ -36,7 +36,16 @@ from . import api_names as _names
 from .ddp import ReducedGrads
 from .module_grads import ModuleGrads
 from .monitor import TorchMonitor
-from .op_calls import _MUTATED_ARGS, _PASS, _api_prefix, _operator_at, _reflected_at, index_tensors, mutated_args
+from .op_calls import (
+    _MUTATED_ARGS,
+    _OPERATOR_SITES,
+    _PASS,
+    _api_prefix,
+    _operator_at,
+    _reflected_at,
+    index_tensors,
+    mutated_args,
+)
 from .ops import TorchOps, TorchRef
 from .recompute import STOPPED, recomputing, run_backward
 
@@ -47,6 +56,16 @@ _OUTPUTS = tuple(slot_name("output", i) for i in range(16))  # the same string o
 _autograd_node = torch._C._current_autograd_node  # not None while backward runs a node
 _TENSOR_BACKWARD = torch.Tensor.backward
 _GETITEM = torch.Tensor.__getitem__
+_UNSEEN = object()
+
+
+#: API -> whether a Tensor method's name depends on the Python operator at its call site (``x + y`` reaches
+#: the mode as ``Tensor.add``, msProbe names it ``Tensor.__add__``): decided once per API
+_NAMED_BY_OPERATOR: dict[tuple[str, str], bool] = {}
+#: (operator, reflected) -> the API msProbe names it by (``("Tensor", "__radd__")``), or _PASS
+_OPERATOR_INFO: dict[tuple[str, bool], tuple[str, str]] = {}
+
+
 class _OpMode(TorchFunctionMode):
     """Sees every torch-level call while pushed on the training thread."""
 
@@ -76,9 +95,14 @@ class _OpMode(TorchFunctionMode):
                 a.interrupted()
                 return func(*args, **kwargs)
             a._ok_frame = caller
-        a.site = (caller.f_code, caller.f_lasti)  # the call site: a node's identity (see Session.node)
-        if info[0] in ("Tensor", "Tensor?") and not info[1].startswith("__"):
-            op = _operator_at(caller.f_code, caller.f_lasti)
+        site = a.site = (caller.f_code, caller.f_lasti)  # the call site: a node's identity (see Session.node)
+        by_operator = _NAMED_BY_OPERATOR.get(info)
+        if by_operator is None:
+            by_operator = _NAMED_BY_OPERATOR[info] = info[0] in ("Tensor", "Tensor?") and not info[1].startswith("__")
+        if by_operator:
+            op = _OPERATOR_SITES.get(site, _UNSEEN)
+            if op is _UNSEEN:
+                op = _operator_at(caller.f_code, caller.f_lasti)
             if op is not None:
                 if op.startswith("i") and not info[1].endswith("_"):  # ``s += t``, s no tensor: Python ran
                     op = op[1:]  # t.__radd__(s) (or s.__add__(t)): no in-place op ran, msProbe's name too
@@ -86,8 +110,10 @@ class _OpMode(TorchFunctionMode):
                 else:
                     reflected = not op.startswith("i") and len(args) > 1 and \
                         not isinstance(args[1], torch.Tensor) and _reflected_at(caller)
-                name = f"__{'r' if reflected else ''}{op}__"
-                info = ("Tensor", name) if name in _names.TENSOR else _PASS
+                info = _OPERATOR_INFO.get((op, reflected))
+                if info is None:
+                    name = f"__{'r' if reflected else ''}{op}__"
+                    info = _OPERATOR_INFO[(op, reflected)] = ("Tensor", name) if name in _names.TENSOR else _PASS
             elif info[0] == "Tensor?":
                 info = _PASS
         if info is _PASS:
