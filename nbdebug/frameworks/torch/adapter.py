@@ -122,6 +122,7 @@ class _OpMode(TorchFunctionMode):
 
 
 _LIVE: weakref.WeakSet = weakref.WeakSet()
+_core_emit = Capture.emit_node
 
 # Module hooks run eagerly even inside a ``torch.compile``d model: dynamo does not trace them (it would
 # guard on every tensor's id and recompile until its limit), it breaks the graph around them.
@@ -199,7 +200,7 @@ class TorchAdapter(ModuleGrads, Capture):
         backward hook's would: they are held until the next node that is not a parameter gradient."""
         if self._held and node.kind != "parameter":
             self._release_held()
-        super().emit_node(node, call)
+        _core_emit(self, node, call)  # the core's (no ``super()`` object per node)
 
     def _release_held(self) -> None:
         held, self._held = self._held, []
@@ -398,8 +399,11 @@ class TorchAdapter(ModuleGrads, Capture):
                     slot(node, s, t, as_input=True)
                 if inplace:
                     out_kw = {"out": kwargs["out"]} if kwargs.get("out") is not None else None  # a tensor: no `and`
-                    for _, t in self.arguments(args[:1], out_kw):
-                        self._overwrite(t, name, section)
+                    if out_kw is None and args and isinstance(args[0], torch.Tensor):  # ``add_``: the common case
+                        self._overwrite(args[0], name, section)
+                    else:
+                        for _, t in self.arguments(args[:1], out_kw):
+                            self._overwrite(t, name, section)
                 if mutates:
                     for t in mutated_args(info, args, kwargs):
                         self._overwrite(t, name, section)
