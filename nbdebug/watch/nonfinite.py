@@ -10,6 +10,14 @@ reads), or a consumer with no recorded output. Sessions without edges (most load
 origin as mattering. ``ignore`` names
 nodes (glob patterns) whose non-finite outputs are intended; they are skipped as origins.
 
+A value no recorded node made can be non-finite too: a weight set to NaN between steps, a NaN in the batch.
+A live session has its ``Parameter`` / ``Input`` node, whose output is the origin; a dump at L1 has no such
+node, and the value first shows as an input of the first op reading it. That input slot is then the origin
+(``(op, "input.2", step)``): the first non-finite input that no edge brings from a node with non-finite
+output, and whose kind (NaN, +Inf, -Inf) no earlier node output (a dump's edges are inferred from identical
+statistics, so an edge between non-finite tensors can be missing; such an input is taken as made earlier).
+The op's finite outputs absorb it (benign) like any consumer's.
+
 >>> from nbdebug.session.session import Session
 >>> from nbdebug.session.stats import StatsTable
 >>> s = Session(framework="numpy", live=False)
@@ -45,7 +53,9 @@ def first_nonfinite(session: Any, idx: int, *, ignore: Iterable[str] = (), benig
                     ) -> tuple[str, str, int] | None:
     """``(node, slot, idx)`` of the first non-finite origin in step ``idx`` of ``session`` that matters
     (``benign=False``: the first origin at all), None when there is none. A live session's nodes are taken
-    in execution order, a loaded one's in the order of its rows."""
+    in execution order, a loaded one's in the order of its rows. ``slot`` is an output of ``node``, or one of
+    its inputs when no recorded node made the value (a parameter or batch input of a dump without their
+    nodes)."""
     try:
         table = session.table(idx)
     except KeyError:
@@ -63,18 +73,48 @@ def first_nonfinite(session: Any, idx: int, *, ignore: Iterable[str] = (), benig
     if getattr(session, "live", False):
         names.sort(key=lambda n: nodes[n].order if n in nodes else 1 << 60)
     patterns = [ignore] if isinstance(ignore, str) else list(ignore)
+    kinds = _kinds(table, bad)
+    seen: set[int] = set()  # the kinds of non-finite value (NaN, +Inf, -Inf) some earlier node output
     for name in names:
-        if patterns and any(fnmatchcase(name, p) for p in patterns):
-            continue
         rows = by_node[name]
         outs = [i for i in rows if not table.keys[i][1].startswith(_IN_PREFIXES)]
-        if not any(bad[i] for i in outs) or any(bad[i] for i in rows if i not in outs):
+        bad_outs = [i for i in outs if bad[i]]
+        bad_ins = [i for i in rows if bad[i] and i not in outs]
+        earlier, seen = seen, seen.union(*(kinds[i] for i in bad_outs))
+        if patterns and any(fnmatchcase(name, p) for p in patterns):
             continue
-        if benign and not _propagates(session.graph, name, table, by_node, bad):
+        if bad_ins:  # an origin only if no recorded node made the value: a parameter or batch input read here
+            born = next((i for i in bad_ins if not kinds[i] & earlier
+                         and not _produced(session.graph, name, table.keys[i][1], table, by_node, bad)), None)
+            if born is None or (benign and outs and not bad_outs):
+                continue  # made by an earlier node, or absorbed by this one (its outputs are finite)
+            if benign and bad_outs and not _propagates(session.graph, name, table, by_node, bad):
+                continue
+            return name, table.keys[born][1], int(idx)
+        if not bad_outs or (benign and not _propagates(session.graph, name, table, by_node, bad)):
             continue
-        first = next(i for i in outs if bad[i])
-        return name, table.keys[first][1], int(idx)
+        return name, table.keys[bad_outs[0]][1], int(idx)
     return None
+
+
+def _kinds(table: Any, bad: np.ndarray) -> dict[int, frozenset[int]]:
+    """For each non-finite row, which kinds of value it holds: 0 NaN, 1 +Inf, 2 -Inf."""
+    rows = np.flatnonzero(bad)
+    cols = np.stack([np.nan_to_num(table.column(c)[rows]) > 0
+                     for c in ("nan_count", "pos_inf_count", "neg_inf_count")])
+    return {int(r): frozenset(np.flatnonzero(cols[:, j]).tolist()) for j, r in enumerate(rows)}
+
+
+def _produced(graph: Any, name: str, slot: str, table: Any, by_node: dict[str, list[int]], bad: np.ndarray
+              ) -> bool:
+    """Whether an edge brings input ``slot`` of ``name`` from a node with a non-finite output (that slot)."""
+    for src in graph.predecessors(name):
+        if src not in by_node:
+            continue
+        out = _bad_outputs(table, by_node[src], bad)
+        if any(d == slot and (s in out or (not s and out)) for s, d in graph.edges[(src, name)]):
+            return True
+    return False
 
 
 def _bad_outputs(table: Any, rows: list[int], bad: np.ndarray) -> set[str]:
