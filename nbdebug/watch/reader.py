@@ -178,7 +178,9 @@ class Reader:
         A non-finite value that every consumer absorbs (an attention mask's ``-inf`` before a softmax,
         T5's ``log(0)`` cast to an integer) is *benign* and skipped (``benign=False`` reports it too);
         ``ignore`` (glob patterns, added to the owner's ``benign_nonfinite``) names nodes whose ±Inf is
-        intended. ``step=None`` searches every step with statistics and returns the first origin."""
+        intended. ``step=None`` searches every step with statistics and returns the first origin. A value no
+        recorded node made (a NaN weight in an L1 dump, which has no ``Parameter`` nodes) is reported as the
+        input slot of the first op reading it."""
         patterns = [ignore] if isinstance(ignore, str) else list(ignore)
         patterns += list(self.benign_nonfinite)
         if step is None:
