@@ -13,9 +13,9 @@ nodes (glob patterns) whose non-finite outputs are intended; they are skipped as
 A value no recorded node made can be non-finite too: a weight set to NaN between steps, a NaN in the batch.
 A live session has its ``Parameter`` / ``Input`` node, whose output is the origin; a dump at L1 has no such
 node, and the value first shows as an input of the first op reading it. That input slot is then the origin
-(``(op, "input.2", step)``): the first non-finite input that no edge brings from a node with non-finite
-output, and whose kind (NaN, +Inf, -Inf) no earlier node output (a dump's edges are inferred from identical
-statistics, so an edge between non-finite tensors can be missing; such an input is taken as made earlier).
+(``(op, "input.2", step)``): the first non-finite input that no edge brings from a recorded node, and whose
+kind (NaN, +Inf, -Inf) no earlier node output (a dump's edges are inferred from identical statistics, so an
+edge between non-finite tensors can be missing; such an input is taken as made earlier).
 The op's finite outputs absorb it (benign) like any consumer's.
 
 >>> from nbdebug.session.session import Session
@@ -85,7 +85,7 @@ def first_nonfinite(session: Any, idx: int, *, ignore: Iterable[str] = (), benig
             continue
         if bad_ins:  # an origin only if no recorded node made the value: a parameter or batch input read here
             born = next((i for i in bad_ins if not kinds[i] & earlier
-                         and not _produced(session.graph, name, table.keys[i][1], table, by_node, bad)), None)
+                         and not _produced(session.graph, name, table.keys[i][1])), None)
             if born is None or (benign and outs and not bad_outs):
                 continue  # made by an earlier node, or absorbed by this one (its outputs are finite)
             if benign and bad_outs and not _propagates(session.graph, name, table, by_node, bad):
@@ -105,16 +105,10 @@ def _kinds(table: Any, bad: np.ndarray) -> dict[int, frozenset[int]]:
     return {int(r): frozenset(np.flatnonzero(cols[:, j]).tolist()) for j, r in enumerate(rows)}
 
 
-def _produced(graph: Any, name: str, slot: str, table: Any, by_node: dict[str, list[int]], bad: np.ndarray
-              ) -> bool:
-    """Whether an edge brings input ``slot`` of ``name`` from a node with a non-finite output (that slot)."""
-    for src in graph.predecessors(name):
-        if src not in by_node:
-            continue
-        out = _bad_outputs(table, by_node[src], bad)
-        if any(d == slot and (s in out or (not s and out)) for s, d in graph.edges[(src, name)]):
-            return True
-    return False
+def _produced(graph: Any, name: str, slot: str) -> bool:
+    """Whether an edge brings input ``slot`` of ``name`` from a recorded node (a module's ``internal`` value
+    has an edge but no row; a dump infers its edges from identical statistics)."""
+    return any(d == slot for src in graph.predecessors(name) for _, d in graph.edges[(src, name)])
 
 
 def _bad_outputs(table: Any, rows: list[int], bad: np.ndarray) -> set[str]:
