@@ -141,6 +141,23 @@ def summary_text(hits: list[Any]) -> str:
                       for c, (n, nodes) in per.items())
 
 
+def groups_summary(groups: list[tuple[tuple[str, str], list[Any]]]) -> str:
+    """:func:`summary_text` of the hits in ``groups`` (:func:`group_hits`), from the groups alone: a group
+    is one node and one condition, so a condition's nodes are its groups.
+
+    >>> from types import SimpleNamespace as R
+    >>> rs = [R(node=n, condition=c, step=1) for n, c in [("a", "TO"), ("b", "GE"), ("a", "TO"), ("c", "TO")]]
+    >>> groups_summary(group_hits(rs)) == summary_text(rs) == "TO 3 on 2 nodes · GE 1 on 1 node"
+    True
+    """
+    per: dict[str, list[int]] = {}
+    for (_node, condition), records in groups:
+        n = per.setdefault(condition, [0, 0])
+        n[0] += len(records)
+        n[1] += 1
+    return " · ".join(f"{c} {n} on {k} node{'s' if k != 1 else ''}" for c, (n, k) in per.items())
+
+
 class Shown:
     """A text the browser shows (a group's title, a row's detail): its HTML as ``value``."""
 
@@ -228,7 +245,7 @@ class HitList:
         self._show_page()
         self.title.value = f"<b>Hits</b> ({count_hits(records)})"
         many = len(self._groups) > 1 and len(self.hits) > len(self._groups)
-        self.summary.value = f"<small>{html.escape(summary_text(self.hits))}</small>" if many else ""
+        self.summary.value = f"<small>{html.escape(groups_summary(self._groups))}</small>" if many else ""
         notice_sig = tuple(id(h) for h in self.notices[:MAX_NOTICES]) + (len(self.notices),)
         if force or notice_sig != self._notice_sig:
             self._notice_sig = notice_sig
