@@ -68,8 +68,8 @@ def test_exception_sets_failed_with_traceback(dbg):
     got = []
     dbg.on("error", got.append)
     dbg.run(boom)
-    dbg.wait(10)
-    assert got and "loss went sideways" in got[0]
+    assert dbg.wait(60) is State.FAILED
+    assert got and "loss went sideways" in got[0]  # delivered before wait() saw the state settle
 
 
 def test_paused_start_and_step_count(dbg):

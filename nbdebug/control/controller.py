@@ -125,13 +125,13 @@ class Controller:
                 self._train_ident = None
                 try:
                     self._on_thread_exit()
+                    if final is State.FAILED:  # before the state settles: whoever wait()s for it has the error
+                        self.hub.emit("error", self.error)
                 finally:
                     with self._cv:
                         self.current_node = None
                         self._reset_requests()
                         self._set_state(final)
-                if final is State.FAILED:
-                    self.hub.emit("error", self.error)
 
         if block:
             target()
