@@ -72,39 +72,35 @@ class Controls:
         self.on_action = on_action
         self._kit = Kit()  # the labels' and buttons' Layout and style models, shared
         self.step_count = w.BoundedIntText(value=1, min=1, max=10**9, description="steps",
-                                           layout=w.Layout(width="150px"), style={"description_width": "40px"})
-        self.step_count.add_class("nbdebug-step-count")
+                                           layout=w.Layout(width="150px"), style={"description_width": "40px"},
+                                           _dom_classes=("nbdebug-step-count",))
         self.ok = self._button("OK", "nbdebug-step-ok", "run this many steps (stops earlier on a hit)",
                                lambda: self.source.command("cont", int(self.step_count.value)))
         self.cont = self._button("CONTINUE", "nbdebug-continue", "run until a watchpoint hit or the end",
-                                 lambda: self.source.command("cont"))
+                                 lambda: self.source.command("cont"), button_style="success")
         self.pause = self._button("PAUSE", "nbdebug-pause", "pause at the next node",
                                   lambda: self.source.command("pause"))
         self.terminate = self._button("TERMINATE", "nbdebug-terminate", "end the training cleanly",
-                                      lambda: self.source.command("terminate"))
+                                      lambda: self.source.command("terminate"), button_style="danger")
         self.run_to = self._button("run to selected node", "nbdebug-run-to",
                                    "run until the selected node has executed (at most one step)",
                                    self._run_to)
         self.next_node = self._button("next node", "nbdebug-next-node", "execute one more node",
                                       lambda: self.source.command("next_node"))
-        self.terminate.button_style = "danger"
-        self.cont.button_style = "success"
-        self.status = self._kit.html()
-        self.status.add_class("nbdebug-control-status")
+        self.status = self._kit.html(classes=("nbdebug-control-status",))
         self.widget = w.VBox([
             self._kit.html("<b>Training control</b>"),
             w.HBox([self.step_count, self.ok, self.cont, self.pause, self.terminate],
                    layout=w.Layout(flex_flow="row wrap")),
             w.HBox([self.run_to, self.next_node], layout=w.Layout(flex_flow="row wrap")),
             self.status,
-        ])
-        self.widget.add_class("nbdebug-controls")
+        ], _dom_classes=("nbdebug-controls",))
         self._state: Any = None
         self.refresh()
 
-    def _button(self, text: str, css: str, tooltip: str, action: Callable[[], Any]) -> w.Button:
-        b = self._kit.button(text, tooltip, width="auto")
-        b.add_class(css)
+    def _button(self, text: str, css: str, tooltip: str, action: Callable[[], Any],
+                button_style: str = "") -> w.Button:
+        b = self._kit.button(text, tooltip, classes=(css,), button_style=button_style, width="auto")
 
         def click(_b: Any) -> None:
             try:

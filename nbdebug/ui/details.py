@@ -66,19 +66,15 @@ class NodeDetails:
         self.on_select = on_select
         self.on_view = on_view
         self.name: str | None = None
-        self.title = w.HTML("<i>Select a node in the graph or the node list.</i>")
-        self.title.add_class("nbdebug-details-title")
-        self.table = w.HTML("")
-        self.table.add_class("nbdebug-details-table")
+        self.title = w.HTML("<i>Select a node in the graph or the node list.</i>",
+                            _dom_classes=("nbdebug-details-title",))
+        self.table = w.HTML("", _dom_classes=("nbdebug-details-table",))
         self.views = w.HBox([], layout=w.Layout(flex_flow="row wrap"))
-        self.producers = w.HBox([], layout=w.Layout(flex_flow="row wrap"))
-        self.producers.add_class("nbdebug-details-producers")
-        self.consumers = w.HBox([], layout=w.Layout(flex_flow="row wrap"))
-        self.consumers.add_class("nbdebug-details-consumers")
-        self.stack = w.HTML("")
-        self.stack.add_class("nbdebug-details-stack")
-        self.widget = w.VBox([self.title, self.table, self.views, self.producers, self.consumers, self.stack])
-        self.widget.add_class("nbdebug-details")
+        self.producers = w.HBox([], layout=w.Layout(flex_flow="row wrap"), _dom_classes=("nbdebug-details-producers",))
+        self.consumers = w.HBox([], layout=w.Layout(flex_flow="row wrap"), _dom_classes=("nbdebug-details-consumers",))
+        self.stack = w.HTML("", _dom_classes=("nbdebug-details-stack",))
+        self.widget = w.VBox([self.title, self.table, self.views, self.producers, self.consumers, self.stack],
+                             _dom_classes=("nbdebug-details",))
         self._sig: Any = None
         #: slot -> the statistics shown for it (tensor_math.node_stats) at the last refresh
         self.slot_stats: dict[str, dict[str, Any]] = {}
@@ -154,8 +150,7 @@ class NodeDetails:
         return stat_texts(self.slot_stats[slot], _SHOWN)
 
     def _view_button(self, name: str, slot: str) -> w.Button:
-        b = w.Button(description=f"View {slot}", layout=w.Layout(width="auto"))
-        b.add_class("nbdebug-details-view")
+        b = w.Button(description=f"View {slot}", layout=w.Layout(width="auto"), _dom_classes=("nbdebug-details-view",))
         b.on_click(lambda _b: self.on_view(name, slot))
         return b
 
@@ -164,8 +159,8 @@ class NodeDetails:
         if not names:
             out.append(w.HTML("<i>none</i>"))
         for n in names[:MAX_LINKS]:
-            b = w.Button(description=n, tooltip=n, layout=w.Layout(width="auto"))
-            b.add_class("nbdebug-details-link")
+            b = w.Button(description=n, tooltip=n, layout=w.Layout(width="auto"),
+                         _dom_classes=("nbdebug-details-link",))
             b.on_click(lambda _b, n=n: self.on_select(n))
             out.append(b)
         if len(names) > MAX_LINKS:

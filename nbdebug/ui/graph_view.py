@@ -62,8 +62,7 @@ class GraphView:
         self.source = source if isinstance(source, SourceView) else SourceView(source)
         self.on_select = on_select
         self.feed = GraphFeed()
-        self.widget = GraphWidget(self.feed, view="graph", height=height)
-        self.widget.add_class("nbdebug-graph")
+        self.widget = GraphWidget(self.feed, view="graph", height=height, _dom_classes=("nbdebug-graph",))
         self._marks: dict[str, Any] | None = None
         self._marks_sig: Any = None
         self._marks_now: dict[str, Any] = {}

@@ -95,15 +95,18 @@ class _Shared:
         self.plain, self.value, self.box = w.Layout(), w.Layout(margin="0 12px 0 2px"), w.Layout()
         self.style = HTMLStyle()
 
-    def html(self, value: str = "", layout: w.Layout | None = None) -> w.HTML:
-        return w.HTML(value, layout=layout if layout is not None else self.plain, style=self.style)
+    def html(self, value: str = "", layout: w.Layout | None = None, classes: tuple[str, ...] = ()) -> w.HTML:
+        """Classes given at creation travel in the ``comm_open`` (``add_class`` would be one more message)."""
+        return w.HTML(value, layout=layout if layout is not None else self.plain, style=self.style,
+                      _dom_classes=classes)
 
 
-def _field(label: str, css: str, kit: _Shared, toggled: bool = False) -> tuple[w.HTML, w.HBox]:
-    """A label and its value; ``toggled``: the box gets a Layout of its own (its display is switched)."""
-    value = kit.html(layout=kit.value)
-    value.add_class(css)
-    box = w.HBox([kit.html(f"<b>{html.escape(label)}</b>"), value], layout=w.Layout() if toggled else kit.box)
+def _field(label: str, css: str, kit: _Shared, toggled: bool = False, hidden: bool = False) -> tuple[w.HTML, w.HBox]:
+    """A label and its value; ``toggled``: the box gets a Layout of its own (its display is switched), ``hidden``
+    at first."""
+    value = kit.html(layout=kit.value, classes=(css,))
+    layout = (w.Layout(display="none") if hidden else w.Layout()) if toggled else kit.box
+    box = w.HBox([kit.html(f"<b>{html.escape(label)}</b>"), value], layout=layout)
     return value, box
 
 
@@ -115,32 +118,24 @@ class Header:
         kit = _Shared()
         self.framework, f1 = _field("Framework", "nbdebug-framework", kit)
         self.device, f2 = _field("Device", "nbdebug-device", kit)
-        self.pid, f3 = _field("PID", "nbdebug-pid", kit, toggled=True)
-        self.remote, self._remote_box = _field("Host", "nbdebug-remote", kit, toggled=True)
-        if getattr(source.obj, "remote_info", None) is None:
-            self._remote_box.layout.display = "none"
-        self.dump, self._dump_box = _field("Dump", "nbdebug-dump", kit, toggled=True)
+        live = source.live
+        # an offline panel shows the dump, not this kernel's PID
+        self.pid, f3 = _field("PID", "nbdebug-pid", kit, toggled=True, hidden=not live)
+        self.remote, self._remote_box = _field("Host", "nbdebug-remote", kit, toggled=True,
+                                               hidden=getattr(source.obj, "remote_info", None) is None)
+        self.dump, self._dump_box = _field("Dump", "nbdebug-dump", kit, toggled=True, hidden=live)
         self.step, f4 = _field("Step", "nbdebug-step", kit)
-        self.step_running = kit.html(layout=w.Layout(margin="0 12px 0 0"))
-        self.step_running.add_class("nbdebug-step-running")
+        self.step_running = kit.html(layout=w.Layout(margin="0 12px 0 0"), classes=("nbdebug-step-running",))
         f4.children = (*f4.children, self.step_running)
         self.state, f5 = _field("State", "nbdebug-state", kit)
         self.hit_count, f6 = _field("Hits", "nbdebug-hit-count", kit)
-        self.loss_scale, self._ls_box = _field("Loss scale", "nbdebug-loss-scale", kit, toggled=True)
-        self._ls_box.layout.display = "none"
-        self.reason = kit.html()
-        self.reason.add_class("nbdebug-pause-reason")
-        self.failure = kit.html()
-        self.failure.add_class("nbdebug-failure")
-        live = source.live
-        if live:
-            self._dump_box.layout.display = "none"
-        else:
-            f3.layout.display = "none"  # an offline panel shows the dump, not this kernel's PID
+        self.loss_scale, self._ls_box = _field("Loss scale", "nbdebug-loss-scale", kit, toggled=True, hidden=True)
+        self.reason = kit.html(classes=("nbdebug-pause-reason",))
+        self.failure = kit.html(classes=("nbdebug-failure",))
         self.widget = w.HBox([f1, f2, self._remote_box, f3, self._dump_box, f4, f5, f6, self._ls_box, self.reason,
                               self.failure],
-                             layout=w.Layout(flex_flow="row wrap", align_items="center"))
-        self.widget.add_class("nbdebug-header")
+                             layout=w.Layout(flex_flow="row wrap", align_items="center"),
+                             _dom_classes=("nbdebug-header",))
         self.refresh()
 
     def refresh(self) -> None:

@@ -64,39 +64,31 @@ class JobPanel(w.VBox):
         self.job = job
         self._rate, self._loop = rate, loop
         self.errors: list[str] = []
-        self.processes = w.HTML("")
-        self.processes.add_class("nbdebug-processes")
+        self.processes = w.HTML("", _dom_classes=("nbdebug-processes",))
         self.rank_select = w.Dropdown(options=[], description="Rank", layout=w.Layout(width="150px"),
-                                      style={"description_width": "36px"})
-        self.rank_select.add_class("nbdebug-rank-select")
-        self.first = w.HTML("")
-        self.first.add_class("nbdebug-job-first")
-        self.first_button = w.Button(description="show", layout=w.Layout(width="auto"), disabled=True)
-        self.first_button.add_class("nbdebug-job-first-show")
+                                      style={"description_width": "36px"}, _dom_classes=("nbdebug-rank-select",))
+        self.first = w.HTML("", _dom_classes=("nbdebug-job-first",))
+        self.first_button = w.Button(description="show", layout=w.Layout(width="auto"), disabled=True,
+                                     _dom_classes=("nbdebug-job-first-show",))
         self.first_button.on_click(lambda _b: self.show_first())
         self.buttons: dict[str, w.Button] = {}
         if job.live or job.control is not None:
             for name, label, act in (("pause", "pause all", job.pause), ("cont", "continue all", job.cont),
                                      ("step", "step all", lambda: job.cont(1)),
                                      ("terminate", "terminate all", job.terminate)):
-                b = w.Button(description=label, layout=w.Layout(width="auto"))
-                b.add_class(f"nbdebug-job-{name}")
+                b = w.Button(description=label, layout=w.Layout(width="auto"), _dom_classes=(f"nbdebug-job-{name}",))
                 b.on_click(lambda _b, act=act: self._act(act))
                 self.buttons[name] = b
-        self.status = w.HTML("")
-        self.status.add_class("nbdebug-job-status")
-        self.overview = w.HTML("")
-        self.overview.add_class("nbdebug-job-overview")
+        self.status = w.HTML("", _dom_classes=("nbdebug-job-status",))
+        self.overview = w.HTML("", _dom_classes=("nbdebug-job-overview",))
         self.compare_a = self._rank_dropdown("nbdebug-job-compare-a")
         self.compare_b = self._rank_dropdown("nbdebug-job-compare-b")
         self.compare_step = w.Dropdown(options=[], description="step", layout=w.Layout(width="130px"),
-                                       style={"description_width": "32px"})
-        self.compare_step.add_class("nbdebug-job-compare-step")
-        self.compare_button = w.Button(description="compare ranks", layout=w.Layout(width="auto"))
-        self.compare_button.add_class("nbdebug-job-compare")
+                                       style={"description_width": "32px"}, _dom_classes=("nbdebug-job-compare-step",))
+        self.compare_button = w.Button(description="compare ranks", layout=w.Layout(width="auto"),
+                                       _dom_classes=("nbdebug-job-compare",))
         self.compare_button.on_click(lambda _b: self._compare_clicked())
-        self.compare_box = w.VBox([])
-        self.compare_box.add_class("nbdebug-job-compare-box")
+        self.compare_box = w.VBox([], _dom_classes=("nbdebug-job-compare-box",))
         self.compare_panel: Any = None
         self._snapshots: list[Any] = []  # display handles of the static snapshots
         self._snapshot_at = 0.0
@@ -110,10 +102,9 @@ class JobPanel(w.VBox):
         #: ranks × steps of one series; a click selects that rank and step (closed until toggled)
         self.timeline = JobTimelineView(job, on_pick=self.pick)
         self._bar = w.VBox(([self.processes] if self.buttons else []) + [bar, self.overview, compare,
-                                                                         self.compare_box, self.timeline.widget])
-        self._bar.add_class("nbdebug-job-bar")
-        super().__init__([self._bar])
-        self.add_class("nbdebug-job-panel")
+                                                                         self.compare_box, self.timeline.widget],
+                           _dom_classes=("nbdebug-job-bar",))
+        super().__init__([self._bar], _dom_classes=("nbdebug-job-panel",))
         self.coalescer = Coalescer(lambda _parts: self.refresh(), rate=rate, loop=loop)
         ref = weakref.ref(self)
 
@@ -170,8 +161,7 @@ class JobPanel(w.VBox):
             self.select_rank(change["new"])
 
     def _rank_dropdown(self, css: str) -> w.Dropdown:
-        dd = w.Dropdown(options=[], layout=w.Layout(width="100px"))
-        dd.add_class(css)
+        dd = w.Dropdown(options=[], layout=w.Layout(width="100px"), _dom_classes=(css,))
         return dd
 
     # -- the rank shown ----------------------------------------------------------------------------
@@ -294,8 +284,7 @@ class JobPanel(w.VBox):
         except Exception as e:  # noqa: BLE001 - shown, not raised into the widget callback
             self.errors.append(traceback.format_exc())
             box = w.HTML(f"<span style='color:#cf222e'>compare failed: {html.escape(type(e).__name__)}: "
-                         f"{html.escape(str(e))}</span>")
-            box.add_class("nbdebug-job-compare-error")
+                         f"{html.escape(str(e))}</span>", _dom_classes=("nbdebug-job-compare-error",))
             self.compare_box.children = [box]
 
     # -- the static snapshot (a saved notebook without a kernel) --------------------------------------

@@ -126,8 +126,8 @@ class JobTimelineView:
         self.on_pick = on_pick
         self.open = False
         self.toggle_button = w.ToggleButton(value=False, description="Ranks × steps", icon="line-chart",
-                                            layout=w.Layout(width="140px"))
-        self.toggle_button.add_class("nbdebug-job-timeline-toggle")
+                                            layout=w.Layout(width="140px"),
+                                            _dom_classes=("nbdebug-job-timeline-toggle",))
         self.toggle_button.observe(lambda ch: self.show(ch["new"]), names="value")
         self.field = w.Dropdown(options=self.timeline.fields(), value=self.timeline.field, description="Field",
                                 layout=w.Layout(width="230px"), style={"description_width": "40px"})
@@ -141,8 +141,7 @@ class JobTimelineView:
         self.figure.handle("select", self._select)
         self.figure.handle("scrub", self._scrub)
         self.body = w.VBox([w.HBox([self.field, self.series]), self.figure], layout=w.Layout(display="none"))
-        self.widget = w.VBox([self.toggle_button, self.body])
-        self.widget.add_class("nbdebug-job-timeline")
+        self.widget = w.VBox([self.toggle_button, self.body], _dom_classes=("nbdebug-job-timeline",))
 
     def show(self, open_: bool = True) -> None:
         self.open = bool(open_)

@@ -13,6 +13,8 @@ True
 (True, True)
 >>> kit.html("x", width="40%").layout is a.layout
 False
+>>> kit.html("x", classes=("nbdebug-step",))._dom_classes
+('nbdebug-step',)
 """
 
 from __future__ import annotations
@@ -47,11 +49,14 @@ class Kit:
             self._models[cls] = cls()
         return self._models[cls]
 
-    def html(self, value: str = "", **layout: str) -> w.HTML:
-        """An HTML widget on the shared layout for ``layout`` and the shared HTML style."""
-        return w.HTML(value, layout=self.layout(**layout), style=self.style(HTMLStyle))
+    def html(self, value: str = "", classes: tuple[str, ...] = (), **layout: str) -> w.HTML:
+        """An HTML widget on the shared layout for ``layout`` and the shared HTML style; ``classes``: its CSS
+        classes, sent in its ``comm_open`` (an ``add_class`` afterwards is one more message each)."""
+        return w.HTML(value, layout=self.layout(**layout), style=self.style(HTMLStyle), _dom_classes=classes)
 
-    def button(self, description: str, tooltip: str = "", **layout: str) -> w.Button:
-        """A button on the shared layout for ``layout`` and the shared button style."""
+    def button(self, description: str, tooltip: str = "", classes: tuple[str, ...] = (), button_style: str = "",
+               **layout: str) -> w.Button:
+        """A button on the shared layout for ``layout`` and the shared button style; ``classes`` as for
+        :meth:`html`, ``button_style`` ("primary", "danger" …) likewise given at creation."""
         return w.Button(description=description, tooltip=tooltip, layout=self.layout(**layout),
-                        style=self.style(ButtonStyle))
+                        style=self.style(ButtonStyle), button_style=button_style, _dom_classes=classes)

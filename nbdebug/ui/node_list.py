@@ -44,26 +44,21 @@ class NodeList:
         self._rows: list[tuple[str, str]] = []
         self._quiet = False
         self.section = w.Dropdown(options=[("All sections", "all")], value="all", description="Section",
-                                  layout=w.Layout(width="auto"))
-        self.section.add_class("nbdebug-node-section")
+                                  layout=w.Layout(width="auto"), _dom_classes=("nbdebug-node-section",))
         self.node_type = w.Dropdown(options=[("All types", "all")], value="all", description="Type",
-                                    layout=w.Layout(width="auto"))
-        self.node_type.add_class("nbdebug-node-type")
+                                    layout=w.Layout(width="auto"), _dom_classes=("nbdebug-node-type",))
         self.search = w.Text(placeholder="search node names", continuous_update=False,
-                             layout=w.Layout(width="auto"))
-        self.search.add_class("nbdebug-node-search")
-        self.regex = w.Checkbox(value=False, description="regex", indent=False, layout=w.Layout(width="70px"))
-        self.regex.add_class("nbdebug-node-regex")
-        self.message = w.HTML("")
-        self.message.add_class("nbdebug-node-message")
-        self.rows = w.Select(options=[], rows=14, layout=w.Layout(width="100%"))
-        self.rows.add_class("nbdebug-node-list")
+                             layout=w.Layout(width="auto"), _dom_classes=("nbdebug-node-search",))
+        self.regex = w.Checkbox(value=False, description="regex", indent=False, layout=w.Layout(width="70px"),
+                                _dom_classes=("nbdebug-node-regex",))
+        self.message = w.HTML("", _dom_classes=("nbdebug-node-message",))
+        self.rows = w.Select(options=[], rows=14, layout=w.Layout(width="100%"), _dom_classes=("nbdebug-node-list",))
         for wid in (self.section, self.node_type, self.search, self.regex):
             wid.observe(lambda ch: self.refresh(force=True), names="value")
         self.rows.observe(self._chosen, names="value")
         self.widget = w.VBox([w.HTML("<b>Nodes</b>"), self.section, self.node_type,
-                              w.HBox([self.search, self.regex]), self.message, self.rows])
-        self.widget.add_class("nbdebug-nodes")
+                              w.HBox([self.search, self.regex]), self.message, self.rows],
+                              _dom_classes=("nbdebug-nodes",))
         self.refresh()
 
     # -- filters ----------------------------------------------------------------------------------

@@ -101,15 +101,14 @@ class Panel(w.VBox):
         self.controls = Controls(src, selected=lambda: self.selected, on_action=self._acted) if src.live else None
         self.tensor_view = TensorView(src, on_select=self.select)
         self.timeline = TimelineView(src, on_scrub=self.scrub, loop=loop)  # the run timeline (closed)
-        self.error = w.HTML("")
-        self.error.add_class("nbdebug-panel-error")
+        self.error = w.HTML("", _dom_classes=("nbdebug-panel-error",))
         # While this widget is drawn, the static snapshot displayed after it is hidden (see ui.snapshot)
         self._hide_snapshot = w.HTML(f"<style>{HIDE_RULE} {UNSCROLL_RULE}</style>", layout=w.Layout(display="none"))
         self._snapshots: list[Any] = []  # display handles of the static snapshots of this panel
         self._snapshot_at = 0.0
         self._snapshot_due = False
-        self.refresh_button = w.Button(description="↻", tooltip="refresh the panel", layout=w.Layout(width="36px"))
-        self.refresh_button.add_class("nbdebug-refresh")
+        self.refresh_button = w.Button(description="↻", tooltip="refresh the panel", layout=w.Layout(width="36px"),
+                                       _dom_classes=("nbdebug-refresh",))
         self.refresh_button.on_click(lambda _b: self.refresh())
         self.recommend_bar = self._recommend_bar(src.live if recommend is None else recommend)
         self.step_select = self._step_selector() if not src.live else None
@@ -124,9 +123,7 @@ class Panel(w.VBox):
                    layout=w.Layout(justify_content="space-between", align_items="center")),
             self.recommend_bar, w.HBox([left, right]), self.timeline.widget, self.tensor_view.widget, self.error,
             self._hide_snapshot,
-        ])
-        self.add_class("nbdebug-panel")
-        self.add_class("nbdebug-live" if src.live else "nbdebug-offline")
+        ], _dom_classes=("nbdebug-panel", "nbdebug-live" if src.live else "nbdebug-offline"))
 
         self.coalescer = Coalescer(self._redraw, rate=rate, loop=loop)
         ref = weakref.ref(self)
@@ -296,8 +293,7 @@ class Panel(w.VBox):
         current = self.source.step
         dd = w.Dropdown(options=[(f"step {s}", s) for s in steps], value=current if current in steps else None,
                         description="Step", disabled=len(steps) < 2, layout=w.Layout(width="150px"),
-                        style={"description_width": "36px"})
-        dd.add_class("nbdebug-step-select")
+                        style={"description_width": "36px"}, _dom_classes=("nbdebug-step-select",))
         dd.observe(lambda ch: self.goto(ch["new"]) if ch["new"] is not None else None, names="value")
         return dd
 
@@ -335,8 +331,8 @@ class Panel(w.VBox):
         self.flush()
 
     def _recommend_bar(self, offer: bool) -> w.HBox:
-        bar = w.HBox([], layout=w.Layout(display="none", border="1px solid #d4a72c", padding="4px"))
-        bar.add_class("nbdebug-recommend")
+        bar = w.HBox([], layout=w.Layout(display="none", border="1px solid #d4a72c", padding="4px"),
+                     _dom_classes=("nbdebug-recommend",))
         if not offer or not _first_offer(self.source.obj):
             return bar
         try:
@@ -345,10 +341,9 @@ class Panel(w.VBox):
             return bar
         text = ", ".join(f"{c} on {t}" for c, _p, t in rules)
         keep = {"width": "auto", "min_width": "56px", "flex": "0 0 auto"}  # never squeezed by the long text
-        yes = w.Button(description="yes", button_style="primary", layout=w.Layout(**keep))
-        yes.add_class("nbdebug-recommend-yes")
-        no = w.Button(description="no", layout=w.Layout(**keep))
-        no.add_class("nbdebug-recommend-no")
+        yes = w.Button(description="yes", button_style="primary", layout=w.Layout(**keep),
+                       _dom_classes=("nbdebug-recommend-yes",))
+        no = w.Button(description="no", layout=w.Layout(**keep), _dom_classes=("nbdebug-recommend-no",))
         yes.on_click(lambda _b: self.apply_recommended(True))
         no.on_click(lambda _b: self.apply_recommended(False))
         bar.children = [w.HTML(f"Use the recommended watchpoints? <small>({html.escape(text)})</small>&nbsp;"),

@@ -96,51 +96,39 @@ class TensorView:
         #: node -> hit abbreviations drawn in the relationship diagram
         self.marks: dict[str, str] = {}
         kit = Kit()  # the labels' Layout and style models, shared
-        self.title = kit.html()
-        self.title.add_class("nbdebug-tensor-title")
+        self.title = kit.html(classes=("nbdebug-tensor-title",))
         self.mode = w.ToggleButtons(options=[("Current step", "current"), ("Previous step", "previous"),
-                                             ("Comparison", "compare")], value="current")
-        self.mode.add_class("nbdebug-tensor-mode")
+                                             ("Comparison", "compare")], value="current",
+                                             _dom_classes=("nbdebug-tensor-mode",))
         self.mode.observe(lambda ch: self._mode_changed(), names="value")
         self.tolerance = w.FloatSlider(value=0.0, min=0.0, max=1.0, step=0.01, description="tolerance",
-                                       continuous_update=False, layout=w.Layout(display="none"))
-        self.tolerance.add_class("nbdebug-tolerance")
+                                       continuous_update=False, layout=w.Layout(display="none"),
+                                       _dom_classes=("nbdebug-tolerance",))
         self.tolerance.observe(lambda ch: self.redraw(), names="value")
-        self.slices = w.HBox([], layout=w.Layout(flex_flow="row wrap"))
-        self.slices.add_class("nbdebug-slices")
-        self.slice_error = kit.html()
-        self.slice_error.add_class("nbdebug-slice-error")
-        self.error = kit.html()
-        self.error.add_class("nbdebug-tensor-error")
+        self.slices = w.HBox([], layout=w.Layout(flex_flow="row wrap"), _dom_classes=("nbdebug-slices",))
+        self.slice_error = kit.html(classes=("nbdebug-slice-error",))
+        self.error = kit.html(classes=("nbdebug-tensor-error",))
         #: shown with a "not retained" error on a live source: keep the node's values from its next execution
         self.keep = w.Button(description="keep this node's values from its next execution",
-                             layout=w.Layout(width="auto", display="none"))
-        self.keep.add_class("nbdebug-tensor-keep")
+                             layout=w.Layout(width="auto", display="none"), _dom_classes=("nbdebug-tensor-keep",))
         self.keep.on_click(lambda _b: self._keep())
-        self.heatmap = FrontendWidget(view="heatmap", height=420)
-        self.heatmap.add_class("nbdebug-tensor-heatmap")
+        self.heatmap = FrontendWidget(view="heatmap", height=420, _dom_classes=("nbdebug-tensor-heatmap",))
         #: the 2-D part of the tensor last sent to the heatmap (rows × columns, original values) and its message
         self.shown: np.ndarray | None = None
         self.message: dict[str, Any] = {}
         #: column ("current", "previous", "difference") -> statistics shown (see tensor_math.stats_from)
         self.stat_columns: dict[str, dict[str, Any]] = {}
         self._reveal = False
-        self.table = kit.html()
-        self.table.add_class("nbdebug-tensor-table")
-        self.stats = kit.html()
-        self.stats.add_class("nbdebug-tensor-stats")
-        self.hits = kit.html()
-        self.hits.add_class("nbdebug-tensor-hits")
+        self.table = kit.html(classes=("nbdebug-tensor-table",))
+        self.stats = kit.html(classes=("nbdebug-tensor-stats",))
+        self.hits = kit.html(classes=("nbdebug-tensor-hits",))
         self.hops = w.BoundedIntText(value=1, min=1, max=5, description="hops", layout=w.Layout(width="120px"),
-                                     style={"description_width": "40px"})
-        self.hops.add_class("nbdebug-tensor-hops")
+                                     style={"description_width": "40px"}, _dom_classes=("nbdebug-tensor-hops",))
         self.hops.observe(lambda ch: self._draw_relations(), names="value")
-        self.relations = FrontendWidget(view="relations", height=300)
-        self.relations.add_class("nbdebug-tensor-graph")
+        self.relations = FrontendWidget(view="relations", height=300, _dom_classes=("nbdebug-tensor-graph",))
         self.relations.handle("click", self._click_relation)
         self._rel_names: list[str] = []
-        self.close = kit.button("close", width="auto")
-        self.close.add_class("nbdebug-tensor-close")
+        self.close = kit.button("close", width="auto", classes=("nbdebug-tensor-close",))
         self.close.on_click(lambda _b: self.hide())
         left = w.VBox([self.stats, self.hits], layout=w.Layout(width="40%"))
         self._right = w.VBox([self.heatmap, self.table], layout=w.Layout(width="60%"))
@@ -150,8 +138,8 @@ class TensorView:
             w.HBox([self.mode, self.tolerance], layout=w.Layout(flex_flow="row wrap")),
             self.slices, self.slice_error, self.error, self.keep, w.HBox([left, self._right]),
             w.HBox([kit.html("<b>Tensor relationships</b>&nbsp;"), self.hops]), self._relations_box,
-        ], layout=w.Layout(display="none", border="1px solid #ccc", padding="4px"))
-        self.widget.add_class("nbdebug-tensor-view")
+        ], layout=w.Layout(display="none", border="1px solid #ccc", padding="4px"),
+           _dom_classes=("nbdebug-tensor-view",))
 
     # -- opening ----------------------------------------------------------------------------------
     @property
@@ -243,9 +231,7 @@ class TensorView:
         # the label is as wide as its text ("dim 2 (1024)" is never cut); the box keeps room for "2:10"
         box = w.Text(value=text, description=f"dim {axis} ({size})", continuous_update=False,
                      layout=w.Layout(width="auto", min_width="190px", flex="0 0 auto"),
-                     style={"description_width": "initial"})
-        box.add_class(f"nbdebug-slice-{axis}")
-        box.add_class("nbdebug-slice")
+                     style={"description_width": "initial"}, _dom_classes=(f"nbdebug-slice-{axis}", "nbdebug-slice"))
         box.observe(lambda ch: None if self._quiet else self.redraw(), names="value")
         return box
 

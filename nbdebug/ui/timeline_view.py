@@ -69,29 +69,26 @@ class TimelineView:
         self.open = False
         self.toggle_button = w.ToggleButton(value=False, description="Timeline", icon="line-chart",
                                             tooltip="the run's per-step series: modules × steps, click a step to "
-                                                    "show it everywhere", layout=w.Layout(width="120px"))
-        self.toggle_button.add_class("nbdebug-timeline-toggle")
+                                                    "show it everywhere", layout=w.Layout(width="120px"),
+                                                    _dom_classes=("nbdebug-timeline-toggle",))
         self.toggle_button.observe(lambda ch: self.show(ch["new"]), names="value")
         self.field = w.Dropdown(options=self.timeline.data.fields(), value=self.timeline.field,
                                 description="Field", layout=w.Layout(width="230px"),
-                                style={"description_width": "40px"})
-        self.field.add_class("nbdebug-timeline-field")
+                                style={"description_width": "40px"}, _dom_classes=("nbdebug-timeline-field",))
         self.band = w.Dropdown(options=list(BANDS), value=self.timeline.band, description="Band",
-                               layout=w.Layout(width="150px"), style={"description_width": "40px"})
-        self.band.add_class("nbdebug-timeline-band")
+                               layout=w.Layout(width="150px"), style={"description_width": "40px"},
+                               _dom_classes=("nbdebug-timeline-band",))
         self.window = w.BoundedIntText(value=self.timeline.window, min=1, max=100_000, description="window",
                                        layout=w.Layout(width="140px"), style={"description_width": "50px"})
         self.k = w.BoundedFloatText(value=self.timeline.k, min=0.0, max=1e6, description="k",
                                     tooltip="SPIKE: factor × median; DRIFT: |z|",
                                     layout=w.Layout(width="110px"), style={"description_width": "20px"})
         self.latest = w.Button(description="latest step", tooltip="show the latest step again",
-                               layout=w.Layout(width="100px"))
-        self.latest.add_class("nbdebug-timeline-latest")
+                               layout=w.Layout(width="100px"), _dom_classes=("nbdebug-timeline-latest",))
         self.latest.on_click(lambda _b: self.release())
         for wd in (self.field, self.band, self.window, self.k):
             wd.observe(lambda _ch: self._controls_changed(), names="value")
-        self.note = w.HTML("")
-        self.note.add_class("nbdebug-timeline-note")
+        self.note = w.HTML("", _dom_classes=("nbdebug-timeline-note",))
         self.figure = FrontendWidget(view="timeline", height=height)
         self.figure.handle("range", self._range)
         self.figure.handle("scrub", self._scrub)
@@ -100,8 +97,7 @@ class TimelineView:
         self.figure.handle("hello", lambda _c, _b: self.send())
         self.body = w.VBox([w.HBox([self.field, self.band, self.window, self.k, self.latest]), self.figure,
                             self.note], layout=w.Layout(display="none"))
-        self.widget = w.VBox([self.toggle_button, self.body])
-        self.widget.add_class("nbdebug-timeline")
+        self.widget = w.VBox([self.toggle_button, self.body], _dom_classes=("nbdebug-timeline",))
         self.coalescer = Coalescer(lambda _parts: self.send(), rate=1.0, loop=loop)
         self._subs = [source.on(ev, lambda _p: self._changed()) for ev in ("step", "hit")]
 

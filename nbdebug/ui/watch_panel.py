@@ -87,29 +87,25 @@ class _Field:
     def __init__(self, spec: Any) -> None:
         self.spec = spec
         text = label(spec.name)
+        classes = (f"nbdebug-wp-param-{spec.name}", "nbdebug-wp-param")  # given at creation: no update message
         if spec.rule == "bool":
             self.input: Any = w.Checkbox(value=bool(spec.default), description=text, indent=False,
-                                         tooltip=spec.name)
+                                         tooltip=spec.name, _dom_classes=classes)
             line: Any = self.input
         else:
             if spec.rule == "field":  # a series field: typed (checked on OK) or picked from the suggestions
                 self.input = w.Combobox(value=str(spec.default), options=list(SERIES_FIELDS), ensure_option=False,
                                         placeholder=spec.range_text, tooltip=spec.name,
-                                        layout=w.Layout(width="160px", flex="0 0 auto"))
+                                        layout=w.Layout(width="160px", flex="0 0 auto"), _dom_classes=classes)
             else:
                 self.input = w.Text(value=_default_text(spec), placeholder=spec.range_text, tooltip=spec.name,
-                                    layout=w.Layout(width="120px", flex="0 0 auto"))
+                                    layout=w.Layout(width="120px", flex="0 0 auto"), _dom_classes=classes)
             name = w.HTML(f"<span title='{html.escape(spec.name)}'>{html.escape(text)}</span>",
-                          layout=w.Layout(flex="1 1 180px"))
-            name.add_class("nbdebug-wp-label-text")
+                          layout=w.Layout(flex="1 1 180px"), _dom_classes=("nbdebug-wp-label-text",))
             line = w.HBox([name, self.input], layout=w.Layout(align_items="center", width="100%"))
-        self.input.add_class(f"nbdebug-wp-param-{spec.name}")
-        self.input.add_class("nbdebug-wp-param")
-        self.error = w.HTML("", layout=w.Layout(width="100%"))
-        self.error.add_class("nbdebug-wp-error")
-        self.error.add_class(f"nbdebug-wp-error-{spec.name}")
-        self.widget = w.VBox([line, self.error], layout=w.Layout(width="100%"))
-        self.widget.add_class("nbdebug-wp-field")
+        self.error = w.HTML("", layout=w.Layout(width="100%"),
+                            _dom_classes=("nbdebug-wp-error", f"nbdebug-wp-error-{spec.name}"))
+        self.widget = w.VBox([line, self.error], layout=w.Layout(width="100%"), _dom_classes=("nbdebug-wp-field",))
 
     def value(self, abbr: str) -> Any:
         """The typed value (None when empty); ``ValueError`` with the field's message when it is bad."""
@@ -160,40 +156,31 @@ class WatchPanel:
         self.add.on_click(lambda _b: self.open_form())
         self.recheck.on_click(lambda _b: self.do_recheck())
         self.clear.on_click(lambda _b: self.clear_all())
-        self.message = kit.html()
-        self.message.add_class("nbdebug-wp-message")
-        self.list = w.VBox([])
-        self.list.add_class("nbdebug-wp-list")
+        self.message = kit.html(classes=("nbdebug-wp-message",))
+        self.list = w.VBox([], _dom_classes=("nbdebug-wp-list",))
         # the form
         self.condition = w.Dropdown(options=condition_options(), value="TO", description="Condition",
-                                    layout=w.Layout(width="100%", max_width="420px"))
-        self.condition.add_class("nbdebug-wp-condition")
+                                    layout=w.Layout(width="100%", max_width="420px"),
+                                    _dom_classes=("nbdebug-wp-condition",))
         self.condition.observe(lambda ch: self._build_fields(), names="value")
-        self.summary = kit.html()
-        self.summary.add_class("nbdebug-wp-summary")
-        self.params = w.VBox([], layout=w.Layout(width="100%"))
-        self.params.add_class("nbdebug-wp-params")
-        self.only_selected = w.Checkbox(value=False, description="only the selected node", indent=False)
-        self.only_selected.add_class("nbdebug-wp-only-selected")
-        self.create = _button(kit, "OK", "nbdebug-wp-create", "create the watchpoint")
+        self.summary = kit.html(classes=("nbdebug-wp-summary",))
+        self.params = w.VBox([], layout=w.Layout(width="100%"), _dom_classes=("nbdebug-wp-params",))
+        self.only_selected = w.Checkbox(value=False, description="only the selected node", indent=False,
+                                        _dom_classes=("nbdebug-wp-only-selected",))
+        self.create = _button(kit, "OK", "nbdebug-wp-create", "create the watchpoint", button_style="primary")
         self.cancel = _button(kit, "cancel", "nbdebug-wp-cancel", "")
-        self.create.button_style = "primary"
         self.create.on_click(lambda _b: self.submit())
         self.cancel.on_click(lambda _b: self.close_form())
-        self.form_error = w.HTML("")
-        self.form_error.add_class("nbdebug-wp-error")
-        self.form_error.add_class("nbdebug-wp-form-error")
-        self.form_error.layout.width = "100%"
+        self.form_error = w.HTML("", layout=w.Layout(width="100%"),
+                                 _dom_classes=("nbdebug-wp-error", "nbdebug-wp-form-error"))
         self.form = w.VBox([self.condition, self.summary, self.params, self.only_selected,
                             w.HBox([self.create, self.cancel]), self.form_error],
                            layout=w.Layout(display="none", border="1px solid #ccc", padding="4px",
-                                           width="100%"))
-        self.form.add_class("nbdebug-wp-form")
+                                           width="100%"), _dom_classes=("nbdebug-wp-form",))
         self.fields: dict[str, _Field] = {}
         self._build_fields()
         self.widget = w.VBox([w.HBox([kit.html("<b>Watchpoints</b>"), self.add, self.recheck, self.clear]),
-                              self.form, self.list, self.message])
-        self.widget.add_class("nbdebug-watchpoints")
+                              self.form, self.list, self.message], _dom_classes=("nbdebug-watchpoints",))
         self.refresh()
 
     # -- form -------------------------------------------------------------------------------------
@@ -330,25 +317,24 @@ class WatchPanel:
         return n
 
     def _row(self, wp: Any, node: Any) -> w.HBox:
-        enabled = w.Checkbox(value=wp.enabled, indent=False, layout=w.Layout(width="24px"), tooltip="enabled")
-        enabled.add_class("nbdebug-wp-enabled")
+        enabled = w.Checkbox(value=wp.enabled, indent=False, layout=w.Layout(width="24px"), tooltip="enabled",
+                             _dom_classes=("nbdebug-wp-enabled",))
         enabled.observe(lambda ch, wp=wp: self._set(wp, enabled=bool(ch["new"])), names="value")
         label = w.HTML(f"{html.escape(wp.describe())} <small>({self._count(wp)} nodes)</small>",
-                       layout=w.Layout(flex="1 1 240px"))  # beside its checkbox; the rest wraps below
-        label.add_class("nbdebug-wp-label")
+                       layout=w.Layout(flex="1 1 240px"),
+                       _dom_classes=("nbdebug-wp-label",))  # beside its checkbox; the rest wraps below
         short = node.name if node is not None else "selected node"
         pick = w.Checkbox(value=bool(node is not None and wp.selects(node)), description=short, indent=False,
-                          disabled=node is None, tooltip="watch the selected node with this watchpoint")
-        pick.add_class("nbdebug-wp-node")
+                          disabled=node is None, tooltip="watch the selected node with this watchpoint",
+                          _dom_classes=("nbdebug-wp-node",))
         if node is not None:
             name = node.name
             pick.observe(lambda ch, wp=wp: self._set(wp, **({"add": name} if ch["new"] else {"remove": name})),
                          names="value")
         delete = _button(self._kit, "✕", "nbdebug-wp-delete", "delete this watchpoint")
         delete.on_click(lambda _b, wp=wp: self.delete(wp))
-        row = w.HBox([enabled, label, pick, delete], layout=w.Layout(align_items="center", flex_flow="row wrap"))
-        row.add_class("nbdebug-wp-row")
-        row.add_class(f"nbdebug-wp-{wp.id}")
+        row = w.HBox([enabled, label, pick, delete], layout=w.Layout(align_items="center", flex_flow="row wrap"),
+                     _dom_classes=("nbdebug-wp-row", f"nbdebug-wp-{wp.id}"))
         return row
 
     def _set(self, wp: Any, **changes: Any) -> None:
@@ -365,10 +351,8 @@ class WatchPanel:
         return [r for r in self.list.children if isinstance(r, w.HBox)]
 
 
-def _button(kit: Kit, text: str, css: str, tooltip: str) -> w.Button:
-    b = kit.button(text, tooltip, width="auto")
-    b.add_class(css)
-    return b
+def _button(kit: Kit, text: str, css: str, tooltip: str, button_style: str = "") -> w.Button:
+    return kit.button(text, tooltip, width="auto", classes=(css,), button_style=button_style)
 
 
 def _in_words(text: str, names: Any) -> str:
