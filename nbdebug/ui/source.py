@@ -39,7 +39,7 @@ import numpy as np
 
 from ..session.handle import Handle
 from ..session.steps import current_step
-from ..watch.reader import Reader, hit_order
+from ..watch.reader import Reader, SortedHits
 from ..watch.watchpoints import HitRecord, WatchManager, Watchpoint
 
 #: Events a live source emits (``source.on(event, callback)``).
@@ -121,6 +121,7 @@ class SourceView:
 
     def __init__(self, obj: Any) -> None:
         self.obj = as_source(obj)
+        self._hits_by_order = SortedHits()
 
     # -- what it is -------------------------------------------------------------------------------
     @property
@@ -246,7 +247,7 @@ class SourceView:
     @property
     def hits(self) -> list[HitRecord]:
         """Hits in execution order: by step, then order within the step."""
-        return sorted(self.obj.hits, key=hit_order)
+        return self._hits_by_order(self.obj.hits)
 
     @property
     def watchpoints(self) -> WatchManager:

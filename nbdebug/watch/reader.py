@@ -17,6 +17,7 @@ once the watchpoint set changed), :meth:`_default_recheck_steps` and :meth:`_emi
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -32,6 +33,33 @@ from .watchpoints import HitRecord, Watchpoint, resolve_nodes
 def hit_order(h: HitRecord) -> tuple:
     """Hits sort by step, then execution order within the step."""
     return (h.step, h.order, h.node, h.slot, h.watchpoint)
+
+
+class SortedHits:
+    """Hit records in :func:`hit_order`, sorted again only when the records given are not the very same
+    objects, in the same order, as last time (records are frozen; a changed one is a new object). Each call
+    returns a new list (a caller may change it).
+
+    >>> from nbdebug.watch.watchpoints import HitRecord
+    >>> a, b = (HitRecord(1, "TO", n, "output.0", s, 0, (), None, (), "") for n, s in (("x", 2), ("y", 1)))
+    >>> by_order = SortedHits()
+    >>> [h.node for h in by_order([a, b])], by_order([a, b]) is not by_order([a, b]), by_order([a])[0] is a
+    (['y', 'x'], True, True)
+    >>> c = HitRecord(1, "TO", "z", "output.0", 0, 0, (), None, (), "")  # as many records, one of them new
+    >>> [h.node for h in by_order([a])], [h.node for h in by_order([c])]
+    (['x'], ['z'])
+    """
+
+    def __init__(self) -> None:
+        self._last: tuple[list[HitRecord], list[HitRecord]] = ([], [])
+
+    def __call__(self, hits: Iterable[HitRecord]) -> list[HitRecord]:
+        given = list(hits)  # one snapshot: the training thread may append meanwhile
+        last, ordered = self._last
+        if len(given) != len(last) or not all(map(operator.is_, given, last)):
+            ordered = sorted(given, key=hit_order)
+            self._last = (given, ordered)
+        return list(ordered)
 
 
 class Reader:
@@ -149,7 +177,10 @@ class Reader:
     @property
     def hits(self) -> list[HitRecord]:
         """Every hit so far, ordered by step, then execution order within the step."""
-        return sorted(self.watchpoints.hits, key=hit_order)
+        by_order = self.__dict__.get("_hits_by_order")
+        if by_order is None:  # the owners set no state of Reader's in their __init__
+            by_order = self.__dict__.setdefault("_hits_by_order", SortedHits())
+        return by_order(self.watchpoints.hits)
 
     def recheck(self, step: int | Iterable[int] | None = None) -> list[HitRecord]:
         """Evaluate the watchpoints again on ``step`` (an int or several; None: the default steps — the
