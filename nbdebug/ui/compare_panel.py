@@ -113,19 +113,16 @@ class ComparePanel:
         self.row_boxes: list[W.HBox] = []
         self.row_buttons: list[W.Button] = []
 
-        self.summary = W.HTML(_summary_html(result, labels))
-        self.summary.add_class("nbdebug-compare-summary")
+        self.summary = W.HTML(_summary_html(result, labels), _dom_classes=("nbdebug-compare-summary",))
         fd = result.first_divergence
         self.first_button = W.Button(description=f"first divergence: {fd.node}" if fd else "no divergence",
                                      disabled=fd is None, layout=W.Layout(width="auto"),
-                                     tooltip=fd.describe() if fd else "")
-        self.first_button.add_class("nbdebug-compare-first")
+                                     tooltip=fd.describe() if fd else "", _dom_classes=("nbdebug-compare-first",))
         self.first_button.on_click(lambda _b: self.select_first_divergence())
         controls = self._build_controls()
         self.header_row = W.HTML(self._header_html())
         self.table = W.VBox(layout=W.Layout(max_height="420px", overflow="auto"))
-        self.detail = W.HTML("<i>click a row to compare its tensors</i>")
-        self.detail.add_class("nbdebug-compare-detail")
+        self.detail = W.HTML("<i>click a row to compare its tensors</i>", _dom_classes=("nbdebug-compare-detail",))
         self._build_tensor_views()
         self.graph_target: Any = None
         self.graph_golden: Any = None
@@ -134,36 +131,31 @@ class ComparePanel:
         self.widget = W.VBox([
             W.HBox([self.summary, self.first_button]), controls, self.filter_status, self.header_row,
             self.table, self.detail, self.tensors, self.graph_message, W.HBox(graph_boxes),
-        ])
-        self.widget.add_class("nbdebug-compare")
+        ], _dom_classes=("nbdebug-compare",))
         self.refresh()
 
     def _build_controls(self) -> W.HBox:
         """The name and status filters, the sort menu and the page buttons; returns the row above the table
         (the status filter is placed on its own row)."""
-        self.filter_text = W.Text(placeholder="filter by name", layout=W.Layout(width="220px"))
-        self.filter_text.add_class("nbdebug-compare-filter")
+        self.filter_text = W.Text(placeholder="filter by name", layout=W.Layout(width="220px"),
+                                  _dom_classes=("nbdebug-compare-filter",))
         self.filter_text.observe(lambda ch: self.set_filter(text=ch["new"]), names="value")
         self.filter_status = W.ToggleButtons(options=STATUS_FILTERS, value="all",
-                                             style={"button_width": "72px"})
-        self.filter_status.add_class("nbdebug-compare-status")
+                                             style={"button_width": "72px"}, _dom_classes=("nbdebug-compare-status",))
         self.filter_status.observe(lambda ch: self.set_filter(status=ch["new"]), names="value")
         self.sort_menu = W.Dropdown(options=list(SORTS), value="execution order", description="sort",
-                                    layout=W.Layout(width="260px"))
-        self.sort_menu.add_class("nbdebug-compare-sort")
+                                    layout=W.Layout(width="260px"), _dom_classes=("nbdebug-compare-sort",))
         self.sort_menu.observe(lambda ch: self.sort(ch["new"], self.descending), names="value")
         self.desc_box = W.Checkbox(value=False, description="descending", indent=False,
-                                   layout=W.Layout(width="110px"))
-        self.desc_box.add_class("nbdebug-compare-desc")
+                                   layout=W.Layout(width="110px"), _dom_classes=("nbdebug-compare-desc",))
         self.desc_box.observe(lambda ch: self.sort(self.sort_by, ch["new"]), names="value")
-        self.prev_button = W.Button(description="◀", layout=W.Layout(width="36px"))
-        self.prev_button.add_class("nbdebug-compare-prev")
+        self.prev_button = W.Button(description="◀", layout=W.Layout(width="36px"),
+                                    _dom_classes=("nbdebug-compare-prev",))
         self.prev_button.on_click(lambda _b: self.goto_page(self.page - 1))
-        self.next_button = W.Button(description="▶", layout=W.Layout(width="36px"))
-        self.next_button.add_class("nbdebug-compare-next")
+        self.next_button = W.Button(description="▶", layout=W.Layout(width="36px"),
+                                    _dom_classes=("nbdebug-compare-next",))
         self.next_button.on_click(lambda _b: self.goto_page(self.page + 1))
-        self.page_label = W.Label()
-        self.page_label.add_class("nbdebug-compare-page")
+        self.page_label = W.Label(_dom_classes=("nbdebug-compare-page",))
         return W.HBox([self.filter_text, self.sort_menu, self.desc_box, self.prev_button, self.page_label,
                        self.next_button])
 
@@ -172,13 +164,13 @@ class ComparePanel:
         ``tensor_shown`` the arrays they show."""
         self.tensor_views: dict[str, FrontendWidget] = {}
         for key, _title in TENSOR_PANES:
-            fw = FrontendWidget(view="heatmap", height=300, layout=W.Layout(width="33%", display="none"))
-            fw.add_class(f"nbdebug-compare-heat-{key}")
+            fw = FrontendWidget(view="heatmap", height=300, layout=W.Layout(width="33%", display="none"),
+                                _dom_classes=(f"nbdebug-compare-heat-{key}",))
             self.tensor_views[key] = fw
         self.tensor_shown: dict[str, np.ndarray] = {}
         self.tensor_message = W.HTML("")
-        self.tensors = W.VBox([self.tensor_message, W.HBox(list(self.tensor_views.values()))])
-        self.tensors.add_class("nbdebug-compare-tensors")
+        self.tensors = W.VBox([self.tensor_message, W.HBox(list(self.tensor_views.values()))],
+                              _dom_classes=("nbdebug-compare-tensors",))
 
     def _build_graphs(self) -> list[W.VBox]:
         """The graph views of both runs, each titled (a run whose graph cannot be drawn has none)."""
@@ -267,8 +259,8 @@ class ComparePanel:
         for r in page_rows:
             # a long name is cut in the button: its tooltip carries it whole, with why the row has its status
             b = W.Button(description=r.name, tooltip=f"{r.name}: " + ("; ".join(r.messages) or r.status),
-                         layout=W.Layout(width="30%", justify_content="flex-start"))
-            b.style.button_color = COLOURS[r.status]
+                         layout=W.Layout(width="30%", justify_content="flex-start"),
+                         style={"button_color": COLOURS[r.status]})  # at creation: no update message
             b.on_click(lambda _b, row=r: self.select(row))
             rel = r.stat_rel_pct[3] if r.stat_rel_pct else None
             cells = [W.Label(r.golden_name or "—", layout=W.Layout(width="24%")),
@@ -276,11 +268,10 @@ class ComparePanel:
             for v, w in ((r.cosine, "7%"), (r.max_abs_err, "8%"), (r.max_rel_err, "8%"), (r.one_thousandth, "7%"),
                          (rel, "8%")):
                 cells.append(W.Label(_num(v), layout=W.Layout(width=w)))
-            box = W.HBox([b, *cells], layout=W.Layout(width="100%", flex="0 0 auto"))  # never squeezed by the table
-            box.add_class("nbdebug-compare-row")
-            box.add_class(f"nbdebug-compare-{r.status}")
-            if r is self.selected:
-                box.add_class("nbdebug-compare-selected")
+            classes = ("nbdebug-compare-row", f"nbdebug-compare-{r.status}",
+                       *(("nbdebug-compare-selected",) if r is self.selected else ()))
+            box = W.HBox([b, *cells], layout=W.Layout(width="100%", flex="0 0 auto"),  # never squeezed by the table
+                         _dom_classes=classes)
             boxes.append(box)
             buttons.append(b)
         self.row_boxes, self.row_buttons = boxes, buttons
