@@ -13,7 +13,10 @@ $(PY):
 
 # Reinstall when the packaging, the pins or the native statistics kernel change. --no-compile: pip would
 # byte-compile every file of torch, MindSpore and transformers (half the install's time: 2.5 instead of 5 min
-# here); Python compiles the modules a process imports, once, on first import.
+# here); Python compiles the modules a process imports, once, on first import — if it may write them: a
+# PYTHONDONTWRITEBYTECODE set in the environment (this machine's images set it) would have every process
+# compile torch again (the main suite took 26 instead of 15 minutes), so the commands make runs do not get it.
+unexport PYTHONDONTWRITEBYTECODE
 PIP_INSTALL := install -q --no-compile
 $(STAMP): $(PY) pyproject.toml constraints.txt setup.py $(wildcard nbdebug/frameworks/*.c)
 	$(PIP) $(PIP_INSTALL) -c constraints.txt -e '.[dev]'
