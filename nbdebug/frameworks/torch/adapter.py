@@ -26,99 +26,29 @@ from typing import Any
 
 import torch
 import torch.optim.optimizer as _optim
-from torch.overrides import TorchFunctionMode
 
 from ...session.session import Session
 from ..core.calls import module_base, parent_scope
 from ..core.capture import LEVELS, Capture
 from ..core.records import slot_name
-from . import api_names as _names
 from .ddp import ReducedGrads
 from .module_grads import ModuleGrads
 from .monitor import TorchMonitor
 from .op_calls import (
     _MUTATED_ARGS,
-    _OPERATOR_SITES,
-    _PASS,
     _api_prefix,
-    _operator_at,
-    _reflected_at,
     index_tensors,
     mutated_args,
 )
+from .op_mode import OpMode
 from .ops import TorchOps, TorchRef
-from .recompute import STOPPED, recomputing, run_backward
+from .recompute import STOPPED
 
 __all__ = ["LEVELS", "TorchAdapter", "mutated_args"]
 
 _NO_TORCH_FUNCTION = torch._C.DisableTorchFunction
 _OUTPUTS = tuple(slot_name("output", i) for i in range(16))  # the same string objects as ``outputs`` names
-_autograd_node = torch._C._current_autograd_node  # not None while backward runs a node
-_TENSOR_BACKWARD = torch.Tensor.backward
 _GETITEM = torch.Tensor.__getitem__
-_UNSEEN = object()
-
-
-#: API -> whether a Tensor method's name depends on the Python operator at its call site (``x + y`` reaches
-#: the mode as ``Tensor.add``, msProbe names it ``Tensor.__add__``): decided once per API
-_NAMED_BY_OPERATOR: dict[tuple[str, str], bool] = {}
-#: (operator, reflected) -> the API msProbe names it by (``("Tensor", "__radd__")``), or _PASS
-_OPERATOR_INFO: dict[tuple[str, bool], tuple[str, str]] = {}
-
-
-class _OpMode(TorchFunctionMode):
-    """Sees every torch-level call while pushed on the training thread."""
-
-    def __init__(self, adapter: TorchAdapter) -> None:
-        super().__init__()
-        self.adapter = adapter
-        self.armed = True
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        a = self.adapter
-        if not a.capturing or a.busy or not self.armed:
-            return func(*args, **kwargs)
-        try:
-            info = a._api_cache[func]
-        except (KeyError, TypeError):
-            info = a.api_info(func)
-        if info is None:
-            if func is _TENSOR_BACKWARD:  # with the mode on: a checkpoint's recomputed forward ops
-                return run_backward(self, a, args, kwargs)
-            return func(*args, **kwargs)
-        if (a.in_backward or _autograd_node() is not None) and not recomputing():
-            return func(*args, **kwargs)
-        caller = sys._getframe(1)
-        if a._scope and caller is not a._ok_frame:  # inside a module call, or left one by an interrupt?
-            if not a._root_alive(caller):
-                a.interrupted()
-                return func(*args, **kwargs)
-            a._ok_frame = caller
-        site = a.site = (caller.f_code, caller.f_lasti)  # the call site: a node's identity (see Session.node)
-        by_operator = _NAMED_BY_OPERATOR.get(info)
-        if by_operator is None:
-            by_operator = _NAMED_BY_OPERATOR[info] = info[0] in ("Tensor", "Tensor?") and not info[1].startswith("__")
-        if by_operator:
-            op = _OPERATOR_SITES.get(site, _UNSEEN)
-            if op is _UNSEEN:
-                op = _operator_at(caller.f_code, caller.f_lasti)
-            if op is not None:
-                if op.startswith("i") and not info[1].endswith("_"):  # ``s += t``, s no tensor: Python ran
-                    op = op[1:]  # t.__radd__(s) (or s.__add__(t)): no in-place op ran, msProbe's name too
-                    reflected = len(args) > 1 and not isinstance(args[1], torch.Tensor)
-                else:
-                    reflected = not op.startswith("i") and len(args) > 1 and \
-                        not isinstance(args[1], torch.Tensor) and _reflected_at(caller)
-                info = _OPERATOR_INFO.get((op, reflected))
-                if info is None:
-                    name = f"__{'r' if reflected else ''}{op}__"
-                    info = _OPERATOR_INFO[(op, reflected)] = ("Tensor", name) if name in _names.TENSOR else _PASS
-            elif info[0] == "Tensor?":
-                info = _PASS
-        if info is _PASS:
-            return a.pass_op(func, args, kwargs)
-        return a.run_op(info, func, args, kwargs)
 
 
 _LIVE: weakref.WeakSet = weakref.WeakSet()
@@ -172,11 +102,11 @@ class TorchAdapter(ModuleGrads, Capture):
         self.in_backward = False  # inside ``Tensor.backward`` (see .recompute)
         self._root_frame = None  # frame of the outermost module call in progress
         self._ok_frame = None  # last op caller frame known to be inside it
-        self._disarmed: dict[int, _OpMode] = {}  # thread -> mode left on its stack by an interrupt
+        self._disarmed: dict[int, OpMode] = {}  # thread -> mode left on its stack by an interrupt
         self._api_cache: dict[Any, tuple[str, str] | None] = {}
         #: (prefix, api) -> what its calls share (see :meth:`_plan`)
         self._plans: dict[tuple[str, str], tuple[bool, bool, list[tuple[str, str]]]] = {}
-        self._modes: dict[int, _OpMode] = {}
+        self._modes: dict[int, OpMode] = {}
         self._reduced = ReducedGrads(self)
         self._module_info: dict[int, tuple[str, str, bool, bool]] = {}
         self._attach(model)
@@ -317,7 +247,7 @@ class TorchAdapter(ModuleGrads, Capture):
         tid = threading.get_ident()
         mode = self._modes.get(tid)
         if mode is None:
-            mode = _OpMode(self)
+            mode = OpMode(self)
             mode.__enter__()
             self._modes[tid] = mode
         mode.armed = True
