@@ -242,15 +242,7 @@ class Recording:
         if node.name in done:  # a node with several gradient slots completes once
             return
         done.add(node.name)
-        s = self.session
-        node.order = s.order  # announce(), inline: once per node
-        s.order += 1
-        if s.has_listeners("node"):
-            self.busy = True
-            try:
-                s.emit("node", node)
-            finally:
-                self.busy = False
+        announce(self, node)
 
 
 def announce(owner: Any, node: Any) -> None:
