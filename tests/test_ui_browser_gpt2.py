@@ -101,6 +101,36 @@ def shot(lab: LabPage, name: str, selector: str | None = None) -> Path:
     return path
 
 
+def check_details(lab: LabPage, name: str) -> None:
+    """The details of ``name`` (a module call, drawn as its scope's box): the consumers and producers listed are
+    the nodes at the other end of the edges the graph view has out of / into it, and some are; the graph draws
+    the box's edge to its first consumer; every value preview is readable: its cell takes most of the pane's
+    width (the old layout left the value column about 40 px of a 650 px pane)."""
+    expect(lab, f"the details of {name}", """([sel, name]) => {
+        const t = document.querySelector(sel + ' .nbdebug-details-title');
+        return t && t.textContent.includes(name) && document.querySelector(sel + ' .nbdebug-details-value');
+    }""", arg=[PANEL, name])
+    lab.page.wait_for_timeout(500)  # the links come in the same refresh as the title, one message each
+    listed = lab.page.evaluate("""(sel) => Object.fromEntries(['consumers', 'producers'].map(k => [k,
+        Array.from(document.querySelectorAll(sel + ' .nbdebug-details-' + k + ' .nbdebug-details-link'))
+            .map(b => b.textContent.trim()).sort()]))""", PANEL)
+    sent = {"consumers": graph(lab, "g.edgesFrom(arg)", name), "producers": graph(lab, "g.edgesTo(arg)", name)}
+    assert listed == sent and sent["consumers"] and sent["producers"], (name, listed, sent)
+    assert name in graph(lab, "g.hiddenModuleCalls()")
+    graph(lab, "g.idle()")
+    key = "forward:" + "/".join(name.split(".")[1:-3])
+    assert graph(lab, "g.scopeBox(arg)", key) is not None, key
+    drawn = [e for e in graph(lab, "g.edgePaths()") if e["a"] in (f"s{key}", f"out:{key}")]
+    assert drawn, f"no edge drawn out of the box of {key}"
+    widths = lab.page.evaluate("""(sel) => {
+        const pane = document.querySelector(sel + ' .nbdebug-details').getBoundingClientRect().width;
+        return {pane, values: Array.from(document.querySelectorAll(sel + ' .nbdebug-details-value'))
+            .map(c => c.getBoundingClientRect().width)};
+    }""", PANEL)
+    assert widths["pane"] > 300 and widths["values"], widths
+    assert min(widths["values"]) >= 0.6 * widths["pane"], widths
+
+
 def test_gpt2_panel_flow(lab_page: LabPage) -> None:
     lab = lab_page
     lab.page.set_viewport_size({"width": 1440, "height": 2000})
@@ -191,6 +221,12 @@ def test_gpt2_panel_flow(lab_page: LabPage) -> None:
     graph(lab, "g.idle()")
     assert graph(lab, "g.badgeBoxes()"), "no hit badge drawn on the graph"
     shot(lab, "gpt2-hit", PANEL)
+    check_details(lab, "Module.transformer.h.2.mlp.c_fc.Conv1D.forward.0")
+    shot(lab, "gpt2-details", f"{PANEL} .nbdebug-details")
+    # its consumer, the activation's module call (a box too), through the details' link
+    act = "Module.transformer.h.2.mlp.act.NewGELUActivation.forward.0"
+    panel.locator(".nbdebug-details-consumers .nbdebug-details-link", has_text=act).first.click()
+    check_details(lab, act)
 
     # View the hit's tensor, slice it, previous step, difference.
     panel.locator(".nbdebug-hit-group").first.locator("button.nbdebug-hit-view").first.click()

@@ -10,7 +10,8 @@ import torch.nn as nn
 from conftest import Net, train_steps
 
 import nbdebug
-from nbdebug.ui.graph_data import key_chain, optimizer_scope
+from nbdebug.ui.graph_data import ScopeIndex, key_chain, optimizer_scope
+from nbdebug.ui.graph_edges import output_edges
 from nbdebug.ui.graph_view import GraphView
 from nbdebug.ui.panel import Panel
 
@@ -76,11 +77,16 @@ def test_graph_message_rows_scopes_and_edges(trained):
     assert scopes["forward:block/lin"][1] == "forward:block"
     assert scopes["forward:block/lin"][4] == ids["Module.block.lin.Linear.forward.0"]  # the first of its two calls
     assert scopes["backward:fc1"][5] == 2  # the linear op's backward and the module's backward call
-    # edges: exactly the graph's, by id
+    # edges: the graph's, by id, and the module calls' output edges (those leaving a call's box: its outputs
+    # are recorded as made by the ops inside it)
     e = msg["edges"]
     names = [r[0] for r in msg["nodes"]]
-    assert {(names[e[i]], names[e[i + 1]]) for i in range(0, len(e), 2)} == set(g.edges)
-    assert len(e) == 2 * len(g.edges)
+    extra = set(output_edges(g, ScopeIndex(g)))
+    assert {(names[e[i]], names[e[i + 1]]) for i in range(0, len(e), 2)} == set(g.edges) | extra
+    assert len(e) == 2 * len(set(g.edges) | extra)
+    assert ("Module.fc1.Linear.forward.0", "Tensor.add_.0.forward") in extra  # fc1's output, changed in place
+    assert ("Module.block.Block.forward.0", "Functional.linear.3.forward") in extra  # the block's output into fc2
+    assert all(a.startswith("Module.") and a.split(".")[-2] in ("forward", "backward") for a, _ in extra)
 
 
 def test_optimizer_ops_are_grouped_per_parameter(trained):
@@ -383,7 +389,8 @@ def test_details_links_and_stack(panel, trained):
     producers = [b.description for b in d.producers.children if hasattr(b, "on_click")]
     consumers = [b.description for b in d.consumers.children if hasattr(b, "on_click")]
     g = trained.graph
-    assert set(producers) == g.predecessors("Functional.linear.3.forward")
+    # the recorded edges, and the block's box that fc2's input leaves (its call's output edge)
+    assert set(producers) == g.predecessors("Functional.linear.3.forward") | {"Module.block.Block.forward.0"}
     assert set(consumers) == g.successors("Functional.linear.3.forward")
     assert "Parameter.fc2.weight" in producers
     assert "conftest.py" in d.stack.value  # where the node was called

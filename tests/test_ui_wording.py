@@ -56,7 +56,9 @@ def test_details_shape_on_one_line_and_the_data_flow_column_has_room(three_steps
     assert "<td style='white-space:nowrap'>4×512</td>" in table, table[:600]
     assert "(4, 512)" not in table
     assert "overflow-x:auto" in table  # a narrow panel scrolls the table sideways instead of clipping it
-    assert re.search(r"<td class='nbdebug-details-flow' style='min-width:\d+px;white-space:normal'>(from|to) ",
+    # the value and the data flow on rows of their own, across the table (not a squeezed column)
+    assert re.search(r"<td class='nbdebug-details-value' colspan='11' style='white-space:normal;[^']*'>\[", table)
+    assert re.search(r"<td class='nbdebug-details-flow' colspan='11' style='white-space:normal;[^']*'>(from|to) ",
                      table)
 
 

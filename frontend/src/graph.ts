@@ -25,7 +25,9 @@
  * - `camera()`: `{k, tx, ty, W, H}` (screen = graph × k + t); `click(x, y)`: a click at canvas px;
  * - `setFull(on)` / `isFull()`: the full-screen mode (the "Full screen" button; Esc leaves); the grip under
  *   the canvas resizes the pane (saved in the `height` trait);
- * - `hiddenModuleCalls()`: module call nodes drawn as their own scope box (GraphData.moduleOf).
+ * - `hiddenModuleCalls()`: module call nodes drawn as their own scope box (GraphData.moduleOf);
+ * - `edgesFrom(name)` / `edgesTo(name)`: the names at the other end of the edges the kernel sent out of /
+ *   into a node (a module call's output edges included: ui/graph_edges.py), as the node details list them.
  *
  * Search matches node names, labels and op types, and aliases (`SEARCH_ALIASES`: "softmax" finds
  * `scaled_dot_product_attention`); with no match it says so under the box.
@@ -763,8 +765,17 @@ class GraphView {
       click: (x: number, y: number) => this.clickAt(x, y),
       setFull: (on: boolean) => { this.setFull(on); return Promise.resolve(); },
       isFull: () => this.full,
-      hiddenModuleCalls: () => [...d().moduleOf.keys()].map(i => d().nodes[i][0])
+      hiddenModuleCalls: () => [...d().moduleOf.keys()].map(i => d().nodes[i][0]),
+      edgesFrom: (name: string) => this.edgeEnds(name, 0),
+      edgesTo: (name: string) => this.edgeEnds(name, 1)
     };
+  }
+  /** Names at the other end of the edges sent with node `name` at end `end` (0: out of it, 1: into it). */
+  private edgeEnds(name: string, end: 0 | 1): string[] {
+    const d = this.store.data, id = d.byName.get(name), out = new Set<string>();
+    if (id === undefined) return [];
+    for (let i = 0; i + 1 < d.edges.length; i += 2) if (d.edges[i + end] === id) out.add(d.nodes[d.edges[i + 1 - end]][0]);
+    return [...out].sort();
   }
   private relayoutIdle(): Promise<void> {
     return this.layoutChain.then(() => (this.queued ? this.relayoutIdle() : undefined));

@@ -1,5 +1,9 @@
-"""Node details: the selected node's inputs and outputs (dtype, shape, statistics, a value preview), the
-nodes that produce and consume them, and the Python stack where the node was called.
+"""Node details: the selected node's inputs and outputs (dtype, shape, statistics; a value preview and the
+data flow on rows of their own, the table's whole width), the nodes that produce and consume them, and the
+Python stack where the node was called.
+
+Producers and consumers are the graph view's edges (:class:`~.graph_edges.DrawnEdges`): a module call's
+consumers are those of the box the graph draws for it, the edges leaving its scope.
 
 Producer/consumer buttons (``nbdebug-details-link``) select that node; the ``View <slot>`` buttons
 (``nbdebug-details-view``) open the tensor view on that slot.
@@ -17,6 +21,8 @@ from typing import Any
 import ipywidgets as w
 import numpy as np
 
+from .graph_data import ScopeIndex
+from .graph_edges import DrawnEdges
 from .source import SourceView
 from .tensor_math import fmt, stat_texts, stats_from
 
@@ -27,7 +33,13 @@ _HEAD = ("max", "min", "mean", "count", "NaN", "−Inf", "+Inf", "zero")
 
 
 _KEEP = "<td style='white-space:nowrap'>{}</td>"  # slot, dtype, shape: one line each
-_FLOW = "<td class='nbdebug-details-flow' style='min-width:180px;white-space:normal'>{}</td>"
+# A slot's value preview and data flow each take a row of their own under its statistics, across the whole
+# table: beside eleven columns of statistics a value column got what was left (a few characters wide).
+_SPAN = 3 + len(_HEAD)
+_VALUE = (f"<tr><td class='nbdebug-details-value' colspan='{_SPAN}' style='white-space:normal;"
+          "overflow-wrap:anywhere;padding:0 0 2px 12px'>{}</td></tr>")
+_FLOW = (f"<tr><td class='nbdebug-details-flow' colspan='{_SPAN}' style='white-space:normal;"
+         "overflow-wrap:anywhere;padding:0 0 2px 12px;color:#57606a'>{}</td></tr>")
 
 
 def shape_text(shape: Any) -> str:
@@ -78,6 +90,11 @@ class NodeDetails:
         self._sig: Any = None
         #: slot -> the statistics shown for it (tensor_math.node_stats) at the last refresh
         self.slot_stats: dict[str, dict[str, Any]] = {}
+        #: the selected node's producers and consumers, all of them (the buttons show the first MAX_LINKS)
+        self.producer_names: list[str] = []
+        self.consumer_names: list[str] = []
+        self._edges: DrawnEdges | None = None
+        self._edges_version: Any = None
 
     def show(self, name: str | None) -> None:
         self.name = name
@@ -100,13 +117,17 @@ class NodeDetails:
             f"<b>{html.escape(node.name)}</b><br><small>{html.escape(node.kind)} · {html.escape(node.op_type)}"
             f" · section {html.escape(node.section)} · scope {html.escape(node.scope or '/')}"
             f" · order {node.order}</small>{_moved_note(node)}")
-        producers = {}
-        for p in g.predecessors(name):
-            for src_slot, dst_slot in g.edges.get((p, name), ()):
+        edges = self.drawn_edges()
+        into, out = edges.producers(name), edges.consumers(name)
+        self.producer_names = sorted(into, key=_order_of(g))
+        self.consumer_names = sorted(out, key=_order_of(g))
+        producers: dict[str, list[str]] = {}
+        for p in self.producer_names:
+            for src_slot, dst_slot in into[p]:
                 producers.setdefault(dst_slot, []).append(f"{p} {src_slot}")
-        consumers = {}
-        for c in g.successors(name):
-            for src_slot, dst_slot in g.edges.get((name, c), ()):
+        consumers: dict[str, list[str]] = {}
+        for c in self.consumer_names:
+            for src_slot, dst_slot in out[c]:
                 consumers.setdefault(src_slot, []).append(f"{c} {dst_slot}")
         rows = []
         self.slot_stats = {}
@@ -129,21 +150,32 @@ class NodeDetails:
             link = producers.get(slot) or consumers.get(slot) or []
             rel = ("from " if slot in producers else "to ") + ", ".join(link[:3]) if link else ""
             rel += f" (+{len(link) - 3})" if len(link) > 3 else ""
-            rows.append("<tr>" + _KEEP.format(f"<b>{html.escape(slot)}</b>") + _KEEP.format(html.escape(str(dtype)))
-                        + _KEEP.format(shape_text(shape)) + "".join(f"<td>{c}</td>" for c in [*cells, value])
-                        + _FLOW.format(html.escape(rel)) + "</tr>")
-        head = "".join(f"<th>{h}</th>" for h in ("slot", "dtype", "shape", *_HEAD, "value", "data flow"))
+            rows.append("<tr class='nbdebug-details-slot' style='border-top:1px solid #d0d7de'>"
+                        + _KEEP.format(f"<b>{html.escape(slot)}</b>") + _KEEP.format(html.escape(str(dtype)))
+                        + _KEEP.format(shape_text(shape)) + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
+                        + _VALUE.format(value) + (_FLOW.format(html.escape(rel)) if rel else ""))
+        head = "".join(f"<th>{h}</th>" for h in ("slot", "dtype", "shape", *_HEAD))
         # the table scrolls sideways in a narrow panel instead of wrapping shapes or clipping the last column
         self.table.value = (
             "<div class='nbdebug-details-scroll' style='overflow-x:auto;max-width:100%'>"
-            "<table class='nbdebug-table' style='font-size:11px;border-collapse:collapse'>"
+            "<table class='nbdebug-table' style='font-size:11px;border-collapse:collapse;width:100%'>"
             f"<tr>{head}</tr>{''.join(rows)}</table></div>" if rows else "<i>no tensors recorded for this node</i>")
         self.views.children = [self._view_button(name, s) for s in sorted(node.shapes, key=slot_order)]
-        self.producers.children = self._links("Producers:", sorted(g.predecessors(name), key=_order_of(g)))
-        self.consumers.children = self._links("Consumers:", sorted(g.successors(name), key=_order_of(g)))
+        self.producers.children = self._links("Producers:", self.producer_names)
+        self.consumers.children = self._links("Consumers:", self.consumer_names)
         stack = "\n".join(node.stack) if node.stack else "(no Python stack recorded)"
         self.stack.value = (f"<details open><summary>Python stack</summary><pre style='font-size:11px'>"
                             f"{html.escape(stack)}</pre></details>")
+
+    def drawn_edges(self) -> DrawnEdges:
+        """The graph's edges as the graph view is sent them (a module call's consumers included), for the
+        current graph state."""
+        graph = self.source.graph
+        version = (id(graph), graph.version, len(graph))
+        if self._edges is None or self._edges_version != version:
+            self._edges = DrawnEdges(graph, ScopeIndex(graph))
+            self._edges_version = version
+        return self._edges
 
     def stat_texts(self, slot: str) -> dict[str, str]:
         """The statistics shown for ``slot`` (field -> text), as the tensor view formats them."""

@@ -9,6 +9,9 @@ the optimizer section (``"optimizer:"``). A module call node (``Module.fc1.Linea
 graph puts it, in the scope *around* its module (here ``"forward:"``); the scope row of ``"forward:fc1"``
 points at it as its module node.
 
+**Edges.** The graph's edges and module calls' output edges (:mod:`.graph_edges`): the node details list the
+same producers and consumers.
+
 **Counts.** A scope's count is the number of nodes whose scope key is that scope or a scope inside it (all
 depths, one section). :func:`scope_counts` computes it; the graph view and the node list both call it,
 so the two always show the same number for the same scope and the same nodes.
@@ -55,6 +58,7 @@ from typing import Any
 
 from ..frameworks.registry import module_prefixes
 from ..watch.nonfinite import nonfinite_path
+from .graph_edges import DrawnEdges
 from .layout import node_class, short_label
 from .tensor_math import fmt
 
@@ -273,10 +277,13 @@ class ScopeIndex:
         # A module call sits inside its own scope when that scope holds its ops (mix): the box stands for
         # the call, instead of the call drawn beside the box. At L0 (no ops) it stays a node of its parent.
         has_ops = set(self.key_of.values())
-        for n in nodes:
+        #: scope key -> the module calls standing for its box, in execution order (graph_edges.output_edges)
+        self.calls: dict[str, list[str]] = {}
+        for n in sorted(nodes, key=lambda n: (n.order < 0, n.order, n.name)):
             k = _module_scope_key(n)
             if k is not None and k in has_ops:
                 self.key_of[n.name] = k
+                self.calls.setdefault(k, []).append(n.name)
         self.counts = scope_counts(self.key_of.values())
         for r in ROOTS:
             self.counts.setdefault(r, 0)
@@ -354,7 +361,7 @@ class GraphFeed:
         idx = ScopeIndex(graph)
         nodes = [n for n in list(graph.nodes.values()) if n.name in idx.key_of]
         nodes.sort(key=lambda n: (n.order < 0, n.order, n.name))
-        return nodes, list(graph.edges), idx
+        return nodes, DrawnEdges(graph, idx).pairs(), idx
 
     def full(self, graph: Any) -> dict[str, Any]:
         """The whole graph (resets the bookkeeping)."""
