@@ -5,6 +5,7 @@
  *
  *   reduce(ptr, numel, dtype, out_ptr) -> None
  *   read_npy_stats(paths, out) -> list   (the statistics of many small .npy files, read in one call)
+ *   slot: the capture core's Recording.slot, a method (see _recorder.c, included below)
  *
  * reads `numel` contiguous elements of `dtype` at address `ptr` and writes 9 float64 values at
  * `out_ptr`:  [max, min, sum, abs_sum, sq_sum, zero_count, nan_count, pos_inf_count, neg_inf_count]
@@ -1227,11 +1228,15 @@ static PyObject *fastats_set_isa(PyObject *self, PyObject *args) {
     return PyUnicode_FromString(ISA_NAMES[active_isa]);
 }
 
+#include "_recorder.c" /* the capture's per-tensor hot path: slot() */
+
 static PyMethodDef fastats_methods[] = {
     {"reduce", (PyCFunction)(void (*)(void))fastats_reduce, METH_FASTCALL, reduce_doc},
     {"read_npy_stats", fastats_read_npy_stats, METH_VARARGS, read_npy_stats_doc},
     {"update_norms", (PyCFunction)(void (*)(void))fastats_update_norms, METH_FASTCALL, update_norms_doc},
     {"_set_isa", fastats_set_isa, METH_VARARGS, isa_doc},
+    {"measure", (PyCFunction)(void (*)(void))fastats_measure, METH_FASTCALL, measure_doc},
+    {"measure_setup", fastats_measure_setup, METH_VARARGS, measure_setup_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1253,6 +1258,7 @@ PyMODINIT_FUNC PyInit__fastats(void) {
     best_isa = detect_isa();
     set_isa(best_isa);
     if (PyModule_AddStringConstant(m, "BEST_ISA", ISA_NAMES[best_isa]) < 0) goto fail;
+    if (rec_init(m) < 0) goto fail;
     return m;
 fail:
     Py_DECREF(m);

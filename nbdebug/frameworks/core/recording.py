@@ -23,6 +23,7 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
+from . import native
 from .records import Seen, Size
 
 INTERNAL = "internal"  # producer slot of a value computed inside a module call without recorded ops
@@ -46,6 +47,13 @@ class Recording:
             if old is not None:  # modified in place by something not captured: same producer
                 seen.producer = old.producer
             self._seen[tid] = seen
+        return self._record(seen, node, slot, t, as_input, copy, origin, keep)
+
+    def _record(self, seen: Seen, node: Any, slot: str, t: Any, as_input: bool, copy: bool, origin: bool,
+                keep: bool) -> Seen:
+        """:meth:`slot` once the tensor's record ``seen`` is settled (the native ``slot`` hands the cases it
+        does not handle itself here)."""
+        tid = id(t)
         name = node.name
         key = (name, slot)
         session = self.session
@@ -100,6 +108,10 @@ class Recording:
                     for p in extra[1]:
                         session.graph.add_edge(p[0], name, p[1], slot)
         return seen
+
+    if native.fastats is not None and hasattr(native.fastats, "slot"):
+        #: the same method in C (``_recorder.c``): no Python frame for the common case; ``slot_py`` is the reference
+        slot_py, slot = slot, native.fastats.slot
 
     def resolve(self, meta: dict[int, tuple]) -> None:
         """Fill in deferred metadata (``meta[row] = (dtype, shape, count, why, nbytes)``) and offer the

@@ -23,7 +23,7 @@ import torch
 
 from ...session.store import NotRetainedError
 from ..core.records import Seen
-from .stats import StatsBuffer
+from .stats import StatsBuffer, native_measure
 
 _NO_VERSION = iter(range(-1, -(1 << 62), -1))
 _USE_COUNT = getattr(torch._C, "_storage_Use_Count", None)
@@ -179,8 +179,9 @@ class TorchOps:
         #: buffers of dropped private copies, reused for the next ones (see :class:`CopyPool`)
         self.pool = CopyPool()
 
-    #: ``measure(buf, t, version)``: the buffer's own method, called unbound (no frame in between)
-    measure = staticmethod(StatsBuffer.measure)
+    #: ``measure(buf, t, version)``: the buffer's own method, called unbound (no frame in between); the native
+    #: kernel's ``measure`` where built (the same, its common case in C: see :func:`stats.native_measure`)
+    measure = staticmethod(native_measure() or StatsBuffer.measure)
 
     def reference(self, t: torch.Tensor, seen: Seen, copy: bool) -> Any:
         return TorchRef(t, copy, seen.version, seen.nbytes, self.pool)

@@ -15,6 +15,7 @@ moved to the host in one transfer per step (:meth:`StatsBuffer.raw`).
 
 from __future__ import annotations
 
+from typing import Any
 from weakref import ref as _weakref
 
 import numpy as np
@@ -167,3 +168,19 @@ class StatsBuffer(RawRows):
                 self._host[[r for r, _ in items]] = host
             self._pending.clear()
         return self._host[: self._n]
+
+
+def native_measure() -> Any:
+    """The native kernel's ``measure(buf, t, version)``: :meth:`StatsBuffer.measure` with its common case (a
+    dense CPU tensor the kernel reads) in C, the :class:`~nbdebug.frameworks.core.records.Seen` made without a
+    Python frame, and every other case through :meth:`StatsBuffer.measure` itself; None without the kernel
+    (or one built before it had ``measure``).
+
+    >>> m = native_measure()
+    >>> m is None or m(StatsBuffer(), torch.tensor([1.0, -2.0]), 0).count
+    True
+    """
+    if _fastats is None or not hasattr(_fastats, "measure_setup"):
+        return None
+    _fastats.measure_setup({dt: f for dt, f in _FAST.items()}, _STRIDED, Seen, StatsBuffer.measure)
+    return _fastats.measure
