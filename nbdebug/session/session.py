@@ -265,7 +265,9 @@ class Session:
 
     def end_step(self, raw: np.ndarray) -> StatsTable:
         """Close the step in progress with its raw stats rows; returns its table."""
+        last = self._last_table
         table = self._build_table(raw, final=True)
+        table.orders = _step_orders(table, last, self.graph.nodes)
         self.steps[self.step_index] = table
         self.step_index += 1
         if self.stats_window is not None:
@@ -512,3 +514,16 @@ def _check_fields(fields: Any) -> tuple[str, ...] | None:
     if bad:
         raise ValueError(f"unknown statistic(s) {bad}; known: {', '.join(STAT_KEYS)}, nonfinite_count")
     return out
+
+
+def _step_orders(table: StatsTable, last: StatsTable | None, nodes: dict[str, Any]) -> dict[str, int]:
+    """The execution order of ``table``'s nodes in its step. ``Node.order`` is rewritten by every later step
+    that runs the node (two optimizers, or a branch, run other nodes in other orders each step). A step with
+    the same key sequence as the last one (the steady state: it shares its key list) ran in the same order."""
+    if last is not None and last.keys is table.keys and last.orders is not None:
+        return last.orders
+    orders = dict.fromkeys(name for name, _slot in table.keys)
+    for name in orders:
+        node = nodes.get(name)
+        orders[name] = node.order if node is not None else 1 << 60
+    return orders

@@ -65,7 +65,7 @@ def row_to_mapping(dtype: str, shape: Sequence[int], row: np.ndarray) -> dict[st
 class StatsTable:
     """Statistics of every captured tensor of one step."""
 
-    __slots__ = ("keys", "index", "dtypes", "shapes", "values", "unsupported", "_by_node")
+    __slots__ = ("keys", "index", "dtypes", "shapes", "values", "unsupported", "_by_node", "orders")
 
     def __init__(self) -> None:
         self.keys: list[tuple[str, str]] = []
@@ -75,6 +75,8 @@ class StatsTable:
         self.values: np.ndarray = np.zeros((0, len(FIELDS)))
         self.unsupported: dict[int, str] = {}
         self._by_node: dict[str, list[tuple[str, int]]] | None = None
+        #: a finished live step's execution order of its nodes (``Node.order`` is the latest step's)
+        self.orders: dict[str, int] | None = None
 
     @classmethod
     def from_rows(

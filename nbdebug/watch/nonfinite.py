@@ -71,7 +71,11 @@ def first_nonfinite(session: Any, idx: int, *, ignore: Iterable[str] = (), benig
     nodes = session.graph.nodes
     names = list(by_node)
     if getattr(session, "live", False):
-        names.sort(key=lambda n: nodes[n].order if n in nodes else 1 << 60)
+        orders = getattr(table, "orders", None)  # a finished step's own order; the step in progress: the nodes'
+        if orders is not None:
+            names.sort(key=lambda n: orders.get(n, 1 << 60))
+        else:
+            names.sort(key=lambda n: nodes[n].order if n in nodes else 1 << 60)
     patterns = [ignore] if isinstance(ignore, str) else list(ignore)
     kinds = _kinds(table, bad)
     seen: set[int] = set()  # the kinds of non-finite value (NaN, +Inf, -Inf) some earlier node output

@@ -54,13 +54,17 @@ _LEAF_TYPES = (bool, int, float, str, slice, type(Ellipsis), torch.Size, torch.m
                *_NOT_DESCRIBED)
 
 
+#: a functorch tensor (``BatchedTensor`` inside ``torch.vmap``, ``torch.func.grad``'s): no storage, no data
+_wrapped = getattr(torch._C._functorch, "is_functorch_wrapped_tensor", lambda t: False)
+
+
 def tensor_stats(t: torch.Tensor, precision: str = "low") -> tuple[Any, Any, Any, Any]:
     """msProbe's (Max, Min, Mean, Norm) of ``t`` as 0-d tensors on ``t``'s device (None where not computed:
-    empty, meta, fp8, storage-less and sparse tensors — a sparse gradient of ``nn.Embedding(sparse=True)``
-    — as the session's statistics, which call those layouts unsupported)."""
+    empty, meta, fp8, storage-less (functorch's inside ``vmap`` too) and sparse tensors — a sparse gradient of
+    ``nn.Embedding(sparse=True)`` — as the session's statistics, which call those layouts unsupported)."""
     with torch._C.DisableTorchFunction():
         x = t.detach()
-        if x.layout is not torch.strided or x.numel() == 0 or x.is_meta or x.dtype in _FP8 or \
+        if x.layout is not torch.strided or x.numel() == 0 or x.is_meta or x.dtype in _FP8 or _wrapped(x) or \
                 x.untyped_storage().data_ptr() == 0:
             return None, None, None, None
         if x.is_complex():
@@ -271,6 +275,10 @@ class TorchIO:
         out = [t for t in _flat_tensors(kwargs.get("out"))] if "out" in kwargs else []
         if args and isinstance(args[0], torch.Tensor) and "out" not in kwargs:
             out.append(args[0])
+        elif args and isinstance(args[0], (list, tuple)) and "out" not in kwargs:
+            # a fused optimizer kernel (``_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, …)``) writes
+            # into the tensors of its list arguments, with no version bump: all of them, before it runs
+            out += [t for a in args if isinstance(a, (list, tuple)) for t in a if isinstance(t, torch.Tensor)]
         return out
 
     def _module_pre(self, path: str) -> Callable:
@@ -318,7 +326,8 @@ class TorchIO:
     def snapshot(self, t: torch.Tensor, *, data: bool, crc: bool) -> Snap:
         """Statistics now (device-side), plus a private copy when the file or the CRC needs the value."""
         with torch._C.DisableTorchFunction():
-            copy = _copy(t) if (data or crc) and t.numel() and not t.is_meta and t.layout is torch.strided else None
+            copy = _copy(t) if (data or crc) and t.numel() and not t.is_meta and t.layout is torch.strided \
+                and not _wrapped(t) else None
             return Snap(str(t.dtype), [int(s) for s in t.shape], bool(t.requires_grad),
                              tensor_stats(t, self.precision), copy if data else None, copy if crc else None)
 
