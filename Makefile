@@ -131,6 +131,10 @@ lint: setup
 TEST_WORKERS ?= 3
 XDIST = $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
 DURATIONS := --durations=30
+# One OpenMP thread per process (torch, MindSpore, and what they start: kernels, torchrun ranks, msProbe runs):
+# several workers on two cores, each with a thread per core, spin-wait against each other (the same two test
+# modules took 65 s of CPU with the default, 23 s with one thread). `OMP_NUM_THREADS=… make test` overrides it.
+TEST_THREADS := OMP_NUM_THREADS=$(or $(OMP_NUM_THREADS),1)
 
 # The numpy-2 run comes after the main one, not beside it: tried beside it (niced) on two cores, the processes
 # its remote tests start were starved past their 60 s connect timeouts.
@@ -141,7 +145,7 @@ test:
 	$(MAKE) test-np2
 
 test-main: setup
-	$(PY) -m pytest -q $(XDIST) $(DURATIONS) --doctest-modules nbdebug tests
+	$(TEST_THREADS) $(PY) -m pytest -q $(XDIST) $(DURATIONS) --doctest-modules nbdebug tests
 
 # The inner loop: no browser, no process started, no slow module (markers: tests/conftest.py); no lint, no
 # numpy-2 run, on 2 workers (1,653 tests in 2 min 13 s on this idle 2-core machine; 4 min 37 s in one process).
@@ -149,12 +153,12 @@ test-main: setup
 FAST := not browser and not subprocess and not slow
 
 test-fast: setup
-	$(PY) -m pytest -q -n 2 --dist loadfile -m "$(FAST)" --doctest-modules nbdebug tests
+	$(TEST_THREADS) $(PY) -m pytest -q -n 2 --dist loadfile -m "$(FAST)" --doctest-modules nbdebug tests
 
 # The PyTorch tests and the doctests on numpy 2 (tests/torch_only.py leaves out, and names, the modules that
 # need MindSpore, msProbe, JupyterLab or the browser).
 test-np2: $(STAMP_NP2) labextension
-	PYTHONPATH=tests $(PY_NP2) -m pytest -q $(XDIST) $(DURATIONS) -p torch_only --doctest-modules nbdebug tests
+	$(TEST_THREADS) PYTHONPATH=tests $(PY_NP2) -m pytest -q $(XDIST) $(DURATIONS) -p torch_only --doctest-modules nbdebug tests
 
 bench: setup
 	$(PY) bench/overhead.py
