@@ -78,6 +78,7 @@ class Keeper:
         self.deferred: list[tuple[int, int]] = []  # (step, hits) whose replay and pause wait for the call's end
         self._thread: int | None = None
         self._warned = False
+        self._auto = True  # whether the optimizer's step ended steps when the current call started
 
     # -- the wrapper ------------------------------------------------------------------------------
     def wrap(self, fn: Any, ends_step: bool = True, **objects: Any) -> Any:
@@ -166,8 +167,10 @@ class Keeper:
             kept = self.kept.get(step)
             if kept is not None:
                 kept.outputs.append(rs.output_ref(out))
-            if ends_step and dbg.session.step_index == step and len(dbg.session.recorder):
-                dbg._adapter.end_step()  # the call is the step: its end is the step boundary
+            a = dbg._adapter
+            if ends_step and dbg.session.step_index == step and (len(dbg.session.recorder) or (
+                    self._auto and a.capturing)):  # the boundary the optimizer's step would have made
+                a.end_step()  # the call is the step: its end is the step boundary
         finally:
             self.in_step = False
         deferred, self.deferred = self.deferred, []
@@ -177,11 +180,17 @@ class Keeper:
     def _call(self, fn: Any, rs: Any, model: Any, found: dict, ends_step: bool, args: tuple, kwargs: dict,
               covers: str = "") -> Any:
         step = self.begin(fn, rs, model, found, args, kwargs, covers)
+        adapter = self.dbg._adapter
+        self._auto = auto = adapter.auto_step
+        if ends_step:  # the call is one step: its optimizers' steps (a GAN's two) end none, the call's end does
+            adapter.auto_step = False
         try:
             out = fn(*args, **kwargs)
         except BaseException:
             self.in_step = False
             raise
+        finally:  # a dbg.step() inside the call marks steps by hand from now on
+            adapter.auto_step = auto and self.dbg.session.step_index == step
         self.end(step, rs, out, ends_step)
         return out
 
