@@ -14,6 +14,8 @@ Each defect they showed is tested on the smallest model that shows it:
 - ``@dbg.step_fn`` on a GAN iteration (two optimizers): each ``optimizer.step()`` ended a debugger step
   inside the call, so the kept state covered half a call and its replay was compared with half of it; the
   call is now the step (the optimizers' automatic boundaries are off during it);
+- ``update_ratio`` of a weight of zeros (a zeroed bias, LoRA's ``B``): 0/0 made ``dbg.watch("TO")`` fire on
+  clean runs at monitor level (Reformer, MobileViT), x/0 was stored as 3.4e38; it is absent now;
 - ``torch.vmap`` / ``torch.func`` (PyTorch's model-ensembling recipe): inside the transform tensors are
   functorch ``BatchedTensor``s without storage. The dump writer's snapshot read their storage and crashed; it
   now describes them without statistics. The capture itself still crashes on them (the statistics' fast path
@@ -208,6 +210,39 @@ def test_a_fused_optimizers_dump_entry_has_the_values_its_kernel_read(level, tmp
             for f in ("max", "min"):
                 assert got[f] == pytest.approx(live[i][s][f], rel=1e-6, abs=1e-12), (i, s, f, got, live[i][s])
         assert rows
+
+
+# -- a weight of zeros at init (LoRA's B, a zeroed bias): its update ratio -------------------------------------
+@pytest.mark.parametrize("level", ["monitor", "L0"])
+def test_a_zero_weight_has_no_update_ratio_and_trips_no_nonfinite_watch(level):
+    """``update_ratio = |dw| / |w|`` of a weight of zeros was 0/0 = NaN (``dbg.watch("TO")`` fired on a clean
+    run, its advice saying the tensor held a NaN: Reformer's ``lm_head.bias``, MobileViT's attention biases) or
+    x/0, stored as 3.4e38 (LoRA's ``B``). Absent there; a NaN weight's NaN ratio still fires."""
+    torch.manual_seed(0)
+    model = nn.Sequential(LoRALinear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    with torch.no_grad():
+        model[2].bias.zero_()
+    g = torch.Generator().manual_seed(1)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    with nbdebug.Debugger(model, level=level) as dbg:
+        dbg.watch("TO")
+        for i in range(3):
+            if i == 2:
+                with torch.no_grad():
+                    model[0].B[0, 0] = float("nan")
+            opt.zero_grad()
+            F.mse_loss(model(torch.randn(4, 8, generator=g)), torch.randn(4, 4, generator=g)).backward()
+            opt.step()
+        m = dbg.session.monitor
+        for name in ("Parameter.0.B", "Parameter.2.bias"):
+            assert m.value(0, name, "weight_norm") == 0 and m.value(0, name, "update_norm") > 0
+            assert m.value(0, name, "update_ratio") is None  # absent: no ratio to a weight of zeros
+            assert 0 < m.value(1, name, "update_ratio") < 1  # once the weight is not zero
+        assert not m.clamped
+        assert sorted({h.step for h in dbg.hits if h.hits}) == [2]  # the NaN weight, and nothing before
+        if level == "monitor":  # "TO" reads the monitor series there: the NaN weight's ratio is one
+            assert ("Parameter.0.B", "update_ratio") in {(h.node, h.slot) for h in dbg.hits if h.hits}
+        assert np.isnan(m.value(2, "Parameter.0.B", "update_ratio"))
 
 
 # -- torch.func: vmap over a module (the model-ensembling recipe) ----------------------------------------------

@@ -11,9 +11,9 @@ Its values come from two places:
   its ``backward.0 input.0`` its ``grad_input_norm``; a ``Parameter.{name} output.0`` its ``weight_norm``
   (the weight the forward used) at every level that records parameters.
 
-Then, on the host: ``update_ratio = update_norm / weight_norm`` (the probes give ``Run.grad_norm_total``,
-:func:`total_norm` of the gradient norms). Index arrays are cached per key list, so a step costs a few
-array ops.
+Then, on the host: ``update_ratio = update_norm / weight_norm``, absent for a weight of zeros (the probes give
+``Run.grad_norm_total``, :func:`total_norm` of the gradient norms). Index arrays are cached per key list, so a
+step costs a few array ops.
 
 >>> import numpy as np
 >>> from nbdebug.session.stats import StatsTable
@@ -150,7 +150,11 @@ class MonitorRows(KeyColumns):
         if len(ratio):
             with np.errstate(divide="ignore", invalid="ignore"):
                 out[ratio] = out[upd] / out[wn]
-            has[ratio] = has[upd] & has[wn]
+            # a weight of zeros (a bias or LoRA's B at init) has no ratio: 0/0 or x/0 is no value the model
+            # computed (it read as a NaN for "TO" and 3.4e38); a NaN weight's NaN ratio stays (NaN != 0)
+            zero = out[wn] == 0
+            has[ratio] = has[upd] & has[wn] & ~zero
+            out[ratio[zero]] = np.nan
 
 
 def total_norm(norms: np.ndarray) -> float:
