@@ -16,7 +16,8 @@ import torch.nn.functional as F
 from nbdebug.frameworks.core import native
 from nbdebug.frameworks.core.recording import Recording
 from nbdebug.frameworks.torch.adapter import TorchAdapter
-from nbdebug.frameworks.torch.stats import StatsBuffer, native_measure
+from nbdebug.frameworks.torch.ops import TorchOps, version_of
+from nbdebug.frameworks.torch.stats import StatsBuffer
 from nbdebug.session.session import Session
 
 pytestmark = pytest.mark.skipif(native.fastats is None or not hasattr(native.fastats, "slot"),
@@ -36,8 +37,8 @@ def _tensors() -> list[torch.Tensor]:
 
 
 def test_native_measure_gives_the_python_record() -> None:
-    measure = native_measure()
-    assert measure is not None
+    measure = TorchOps.measure
+    assert measure is native.fastats.measure
     fast, slow = StatsBuffer(capacity=4), StatsBuffer(capacity=4)  # small: the buffer grows on the way
     for k, t in enumerate(_tensors()):
         a, b = measure(fast, t, k), StatsBuffer.measure(slow, t, k)
@@ -47,6 +48,17 @@ def test_native_measure_gives_the_python_record() -> None:
     assert len(fast) == len(slow) == len(_tensors())
     np.testing.assert_array_equal(fast.raw(), slow.raw())
     assert fast.raw().tobytes() == slow.raw().tobytes()
+
+
+def test_native_version_is_version_of() -> None:
+    assert TorchOps.version is native.fastats.version
+    t = torch.ones(3)
+    t.add_(1)
+    assert TorchOps.version(t) == version_of(t) == 1
+    with torch.inference_mode():
+        inf = torch.ones(2)
+    a, b = TorchOps.version(inf), TorchOps.version(inf)  # no version counter: never equal to another
+    assert a < 0 and b < 0 and a != b
 
 
 class _Net(nn.Module):

@@ -1237,6 +1237,7 @@ static PyMethodDef fastats_methods[] = {
     {"_set_isa", fastats_set_isa, METH_VARARGS, isa_doc},
     {"measure", (PyCFunction)(void (*)(void))fastats_measure, METH_FASTCALL, measure_doc},
     {"measure_setup", fastats_measure_setup, METH_VARARGS, measure_setup_doc},
+    {"version", fastats_version, METH_O, version_doc},
     {NULL, NULL, 0, NULL},
 };
 

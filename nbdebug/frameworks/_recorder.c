@@ -20,16 +20,16 @@
  * Nothing here imports anything: every object comes in through ``self``.
  */
 
+#include <structmember.h> /* T_OBJECT_EX: the type of a __slots__ member */
+
 static PyObject *S__seen, *S_version, *S_measure, *S_buf, *S_ref, *S_dtype, *S_why, *S_tap, *S_session, *S_name,
     *S_recorder, *S_row, *S_shape, *S_count, *S_shapes, *S_dtypes, *S_pinned, *S_retain, *S_section,
     *S_optimizer, *S_store, *S_handle, *S_nbytes, *S_used, *S_budget, *S_ops, *S_reference, *S_retain_copy,
     *S_copied, *S_snapshot, *S_offer, *S_producer, *S_origin, *S_graph, *S__also, *S__record, *S_keys, *S_rows,
     *S_counts, *S_index, *S_by_node, *S_edges, *S__succ, *S__pred, *S_as_input, *S_copy, *S_keep, *ONE;
 
-#include <structmember.h> /* T_OBJECT_EX: the type of a __slots__ member */
-
 static PyObject *S_is_cpu, *S_layout, *S_is_contiguous, *S_contiguous, *S_data_ptr, *S_fast, *S__n, *S__cap,
-    *S__ptr;
+    *S__ptr, *S__version;
 
 static int rec_intern(void) {
 #define INTERN(var, text)                                  \
@@ -50,7 +50,7 @@ static int rec_intern(void) {
     INTERN(S_as_input, "as_input") INTERN(S_copy, "copy") INTERN(S_keep, "keep")
     INTERN(S_is_cpu, "is_cpu") INTERN(S_layout, "layout") INTERN(S_is_contiguous, "is_contiguous")
     INTERN(S_contiguous, "contiguous") INTERN(S_data_ptr, "data_ptr") INTERN(S_fast, "fast") INTERN(S__n, "_n")
-    INTERN(S__cap, "_cap") INTERN(S__ptr, "_ptr")
+    INTERN(S__cap, "_cap") INTERN(S__ptr, "_ptr") INTERN(S__version, "_version")
 #undef INTERN
     return (ONE = PyLong_FromLong(1)) == NULL ? -1 : 0;
 }
@@ -84,6 +84,38 @@ static int seen_set(PyObject *seen, int k, PyObject *name, PyObject *value) {
         return 0;
     }
     return PyObject_SetAttr(seen, name, value);
+}
+
+/* ``o.<name>`` for a __slots__ member, read in place: (type, name) -> offset, found once per type */
+#define MCACHE 16
+static struct {
+    PyObject *name;
+    PyTypeObject *type;
+    Py_ssize_t off;
+} mcache[MCACHE];
+static int mcache_n = 0;
+
+static PyObject *member_get(PyObject *o, PyObject *name) {
+    PyTypeObject *tp = Py_TYPE(o);
+    for (int k = 0; k < mcache_n; k++) {
+        if (mcache[k].name == name && mcache[k].type == tp) {
+            PyObject *v = *(PyObject **)((char *)o + mcache[k].off);
+            if (v == NULL) return PyObject_GetAttr(o, name); /* unset: the AttributeError */
+            Py_INCREF(v);
+            return v;
+        }
+    }
+    PyObject *d = _PyType_Lookup(tp, name); /* borrowed */
+    if (mcache_n < MCACHE && d != NULL && Py_IS_TYPE(d, &PyMemberDescr_Type) &&
+        ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX) {
+        Py_INCREF(tp);
+        Py_INCREF(name);
+        mcache[mcache_n].name = name, mcache[mcache_n].type = tp;
+        mcache[mcache_n].off = ((PyMemberDescrObject *)d)->d_member->offset;
+        mcache_n++;
+        return member_get(o, name);
+    }
+    return PyObject_GetAttr(o, name);
 }
 
 /* ``ref()`` of a Seen's reference (a weak reference, or any callable): a new reference, NULL on error. */
@@ -132,7 +164,7 @@ static int rec_set_in(PyObject *obj, PyObject *attr, PyObject *key, PyObject *va
 
 /* ``rec.<attr>.append(value)`` / ``rec.<attr>[i] = value`` */
 static int rec_list_put(PyObject *rec, PyObject *attr, Py_ssize_t i, PyObject *value) {
-    PyObject *lst = PyObject_GetAttr(rec, attr);
+    PyObject *lst = member_get(rec, attr);
     if (lst == NULL) return -1;
     int rc;
     if (i < 0)
@@ -146,7 +178,7 @@ static int rec_list_put(PyObject *rec, PyObject *attr, Py_ssize_t i, PyObject *v
 
 /* StepRecorder.add(key, row, dtype, shape, count) */
 static int rec_add(PyObject *rec, PyObject *key, PyObject *row, PyObject *dtype, PyObject *shape, PyObject *count) {
-    PyObject *index = PyObject_GetAttr(rec, S_index);
+    PyObject *index = member_get(rec, S_index);
     if (index == NULL) return -1;
     PyObject *i = PyDict_GetItemWithError(index, key); /* borrowed */
     if (i != NULL) {                                   /* re-recorded within the step: keep the latest */
@@ -159,7 +191,7 @@ static int rec_add(PyObject *rec, PyObject *key, PyObject *row, PyObject *dtype,
         return 0;
     }
     if (PyErr_Occurred()) goto fail_index;
-    PyObject *keys = PyObject_GetAttr(rec, S_keys);
+    PyObject *keys = member_get(rec, S_keys);
     if (keys == NULL) goto fail_index;
     PyObject *n = PyLong_FromSsize_t(PyObject_Length(keys));
     Py_DECREF(keys);
@@ -167,7 +199,7 @@ static int rec_add(PyObject *rec, PyObject *key, PyObject *row, PyObject *dtype,
     int rc = PyDict_SetItem(index, key, n);
     Py_DECREF(index);
     if (rc < 0) goto fail_n;
-    PyObject *by_node = PyObject_GetAttr(rec, S_by_node);
+    PyObject *by_node = member_get(rec, S_by_node);
     if (by_node == NULL) goto fail_n;
     PyObject *node_name = PyTuple_GET_ITEM(key, 0);
     PyObject *rows = PyDict_GetItemWithError(by_node, node_name); /* borrowed */
@@ -542,7 +574,7 @@ static int rec_init(PyObject *m) {
 /* kernel reads, a free row) in C; every other case is the Python ``slow(buf, t, version)``.               */
 /* The Seen is made without its __init__: its slots are written directly (the layout is checked at setup). */
 
-static PyObject *m_fast = NULL, *m_strided = NULL, *m_slow = NULL;
+static PyObject *m_fast = NULL, *m_strided = NULL, *m_slow = NULL, *m_no_version = NULL;
 
 static int seen_layout(PyTypeObject *type) {
     if (type->tp_dictoffset != 0 || type->tp_init == NULL) return -1;
@@ -557,26 +589,42 @@ static int seen_layout(PyTypeObject *type) {
 }
 
 PyDoc_STRVAR(measure_setup_doc,
-             "measure_setup(fast, strided, seen_type, slow) -> bool\n\n"
-             "Set up measure(): `fast` maps a dtype to (kernel code, name, bytes per element), `strided` is the\n"
-             "dense layout, `seen_type` the record class (its slots written directly: False when its layout is\n"
-             "not the expected one, and measure() then always calls `slow(buf, t, version)`).");
+             "measure_setup(fast, strided, seen_type, slow, no_version=None) -> bool\n\n"
+             "Set up measure() and version(): `fast` maps a dtype to (kernel code, name, bytes per element),\n"
+             "`strided` is the dense layout, `seen_type` the record class (its slots written directly: False when\n"
+             "its layout is not the expected one, and measure() then always calls `slow(buf, t, version)`);\n"
+             "`no_version(t)`: version() of a tensor whose `_version` raises RuntimeError (inference tensors).");
 
 static PyObject *fastats_measure_setup(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *fast, *strided, *type, *slow;
-    if (!PyArg_ParseTuple(args, "O!OO!O:measure_setup", &PyDict_Type, &fast, &strided, &PyType_Type, &type, &slow))
+    PyObject *fast, *strided, *type, *slow, *no_version = Py_None;
+    if (!PyArg_ParseTuple(args, "O!OO!O|O:measure_setup", &PyDict_Type, &fast, &strided, &PyType_Type, &type, &slow,
+                          &no_version))
         return NULL;
-    Py_INCREF(fast), Py_INCREF(strided), Py_INCREF(slow);
+    Py_INCREF(fast), Py_INCREF(strided), Py_INCREF(slow), Py_INCREF(no_version);
     Py_XSETREF(m_fast, fast);
     Py_XSETREF(m_strided, strided);
     Py_XSETREF(m_slow, slow);
+    Py_XSETREF(m_no_version, no_version);
     Py_CLEAR(seen_type);
     if (seen_layout((PyTypeObject *)type) == 0) {
         Py_INCREF(type);
         seen_type = (PyTypeObject *)type;
     }
     return PyBool_FromLong(seen_type != NULL);
+}
+
+PyDoc_STRVAR(version_doc,
+             "version(t) -> int\n\n"
+             "`t._version`; where that raises RuntimeError, measure_setup's `no_version(t)`.");
+
+static PyObject *fastats_version(PyObject *self, PyObject *t) {
+    (void)self;
+    PyObject *v = PyObject_GetAttr(t, S__version);
+    if (v != NULL || m_no_version == NULL || m_no_version == Py_None || !PyErr_ExceptionMatches(PyExc_RuntimeError))
+        return v;
+    PyErr_Clear();
+    return PyObject_CallOneArg(m_no_version, t);
 }
 
 /* buf.<name> as a C integer (Py_ssize_t); -1 with an error set on failure */

@@ -23,7 +23,7 @@ import torch
 
 from ...session.store import NotRetainedError
 from ..core.records import Seen
-from .stats import StatsBuffer, native_measure
+from .stats import StatsBuffer, native_kernels
 
 _NO_VERSION = iter(range(-1, -(1 << 62), -1))
 _USE_COUNT = getattr(torch._C, "_storage_Use_Count", None)
@@ -111,6 +111,14 @@ def version_of(t: torch.Tensor) -> int:
         return next(_NO_VERSION)
 
 
+def _no_version(t: torch.Tensor) -> int:
+    return next(_NO_VERSION)
+
+
+#: the native kernel's ``(measure, version)`` (the same as StatsBuffer.measure and version_of, without a frame)
+_NATIVE = native_kernels(_no_version)
+
+
 class TorchRef:
     """Retention handle: a reference (checked against in-place edits) or a private copy.
 
@@ -173,15 +181,15 @@ class TorchOps:
 
     tensor_type = torch.Tensor
     has_versions = True
-    version = staticmethod(version_of)
+    version = staticmethod(_NATIVE[1] if _NATIVE else version_of)
 
     def __init__(self) -> None:
         #: buffers of dropped private copies, reused for the next ones (see :class:`CopyPool`)
         self.pool = CopyPool()
 
     #: ``measure(buf, t, version)``: the buffer's own method, called unbound (no frame in between); the native
-    #: kernel's ``measure`` where built (the same, its common case in C: see :func:`stats.native_measure`)
-    measure = staticmethod(native_measure() or StatsBuffer.measure)
+    #: kernel's where built (the same, its common case in C: see :func:`.stats.native_kernels`)
+    measure = staticmethod(_NATIVE[0] if _NATIVE else StatsBuffer.measure)
 
     def reference(self, t: torch.Tensor, seen: Seen, copy: bool) -> Any:
         return TorchRef(t, copy, seen.version, seen.nbytes, self.pool)

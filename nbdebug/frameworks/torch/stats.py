@@ -170,17 +170,15 @@ class StatsBuffer(RawRows):
         return self._host[: self._n]
 
 
-def native_measure() -> Any:
-    """The native kernel's ``measure(buf, t, version)``: :meth:`StatsBuffer.measure` with its common case (a
-    dense CPU tensor the kernel reads) in C, the :class:`~nbdebug.frameworks.core.records.Seen` made without a
-    Python frame, and every other case through :meth:`StatsBuffer.measure` itself; None without the kernel
-    (or one built before it had ``measure``).
-
-    >>> m = native_measure()
-    >>> m is None or m(StatsBuffer(), torch.tensor([1.0, -2.0]), 0).count
-    True
+def native_kernels(no_version: Any = None) -> tuple[Any, Any] | None:
+    """The native kernel's ``(measure, version)``: ``measure(buf, t, version)`` is :meth:`StatsBuffer.measure`
+    with its common case (a dense CPU tensor the kernel reads) in C, the
+    :class:`~nbdebug.frameworks.core.records.Seen` made without a Python frame, every other case through
+    :meth:`StatsBuffer.measure` itself; ``version(t)`` is ``t._version``, ``no_version(t)`` where that raises
+    RuntimeError (inference tensors). None without the kernel (or one built before it had them). The kernel
+    holds one setup per process: :mod:`.ops` makes it, once (``TorchOps.measure`` and ``TorchOps.version``).
     """
-    if _fastats is None or not hasattr(_fastats, "measure_setup"):
+    if _fastats is None or not hasattr(_fastats, "version"):
         return None
-    _fastats.measure_setup({dt: f for dt, f in _FAST.items()}, _STRIDED, Seen, StatsBuffer.measure)
-    return _fastats.measure
+    _fastats.measure_setup({dt: f for dt, f in _FAST.items()}, _STRIDED, Seen, StatsBuffer.measure, no_version)
+    return _fastats.measure, _fastats.version
