@@ -16,6 +16,7 @@ Each defect they showed is tested on the smallest model that shows it:
   call is now the step (the optimizers' automatic boundaries are off during it);
 - ``update_ratio`` of a weight of zeros (a zeroed bias, LoRA's ``B``): 0/0 made ``dbg.watch("TO")`` fire on
   clean runs at monitor level (Reformer, MobileViT), x/0 was stored as 3.4e38; it is absent now;
+- a ±Inf monitor value (an Inf loss) was stored clamped to ±3.4e38, so ``TO`` at monitor level missed it;
 - ``torch.vmap`` / ``torch.func`` (PyTorch's model-ensembling recipe): inside the transform tensors are
   functorch ``BatchedTensor``s without storage. The dump writer's snapshot read their storage and crashed; it
   now describes them without statistics. The capture itself still crashes on them (the statistics' fast path
@@ -243,6 +244,29 @@ def test_a_zero_weight_has_no_update_ratio_and_trips_no_nonfinite_watch(level):
         if level == "monitor":  # "TO" reads the monitor series there: the NaN weight's ratio is one
             assert ("Parameter.0.B", "update_ratio") in {(h.node, h.slot) for h in dbg.hits if h.hits}
         assert np.isnan(m.value(2, "Parameter.0.B", "update_ratio"))
+
+
+def test_an_inf_loss_at_monitor_level_trips_the_nonfinite_watch():
+    """The monitor stored a -Inf loss (and the Inf gradient norms after it) clamped to -3.4e38, meant for
+    finite values beyond float32's range: ``dbg.watch("TO")``, the check a run left on at monitor level stops
+    at, missed them. A true Inf stays Inf."""
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    with nbdebug.Debugger(model, level="monitor") as dbg:
+        dbg.watch("TO")
+        for i in range(3):
+            opt.zero_grad()
+            big = 1e30 if i == 1 else 1.0
+            loss = model(torch.ones(2, 4)).sum() * big * big  # -inf in float32 at step 1
+            dbg.record_loss(loss)
+            loss.backward()
+            opt.step()
+        m = dbg.session.monitor
+        assert m.value(1, "Run", "loss") == float("-inf") and ("Run", "loss") not in m.clamped
+        hits = {(h.node, h.slot) for h in dbg.hits if h.hits and h.step == 1}
+        assert ("Run", "loss") in hits, hits
+        assert not [h for h in dbg.hits if h.hits and h.step == 0]
 
 
 # -- torch.func: vmap over a module (the model-ensembling recipe) ----------------------------------------------

@@ -9,8 +9,9 @@ A :class:`Monitor` keeps one float32 column per series — a ``(name, field)`` p
   max** per series (a spike stays visible; its exact step is within the block).
 
 So 100,000 steps of ~1,400 series (a GPT-2-small's modules and parameters) take about
-``1,400 × (10,000 × 4 + 9,000 × 8)`` bytes ≈ 157 MB. Values beyond float32's range are clamped to its
-largest finite value (never ``inf`` from a cast) and the series is listed in :attr:`Monitor.clamped`.
+``1,400 × (10,000 × 4 + 9,000 × 8)`` bytes ≈ 157 MB. Finite values beyond float32's range are clamped to
+its largest finite value (never ``inf`` from a cast) and the series is listed in :attr:`Monitor.clamped`; a ±Inf
+the model computed stays ±Inf (``TO`` fires on it).
 
 Series names and fields (see :data:`FIELDS`): a module ``Module.{path}.{Class}`` (PyTorch) or
 ``Cell.{path}.{Class}`` (MindSpore) has ``output_norm``, ``output_max_abs``, ``grad_input_norm``; a
@@ -108,9 +109,10 @@ class Monitor:
         cols = self._columns(keys)
         vals = np.asarray(values, dtype=np.float64)
         big = np.abs(vals) > _F32_MAX
-        if big.any():
+        if big.any():  # a finite value beyond float32's range is clamped (no false Inf); a true ±Inf stays one
+            big &= np.isfinite(vals)
             self.clamped.update(keys[i] for i in np.flatnonzero(big))
-            vals = np.clip(vals, -_F32_MAX, _F32_MAX)
+            vals = np.where(big, np.clip(vals, -_F32_MAX, _F32_MAX), vals)
         if self._count == self.horizon:
             self._fold()
         row = (self._head + self._count) % self.horizon
