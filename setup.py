@@ -43,6 +43,7 @@ setup(
         Extension(
             "nbdebug.frameworks._fastats",
             ["nbdebug/frameworks/_fastats.c"],
+            depends=["nbdebug/frameworks/_recorder.c"],  # included by _fastats.c
             extra_compile_args=extra_compile_args,
             optional=True,
         )
