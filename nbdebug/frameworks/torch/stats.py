@@ -37,7 +37,14 @@ _FAST_CODES = codes_for((torch.float32, torch.float64, torch.float16, torch.bflo
                          torch.int16, torch.int32, torch.int64, torch.bool), dtype_name)
 
 
+#: a tensor inside ``torch.vmap`` / ``torch.func`` (a functorch wrapper: CPU, strided, no storage of its own)
+_functorch_wrapped = getattr(torch._C._functorch, "is_functorch_wrapped_tensor", lambda t: False)
+NO_STORAGE = "unsupported: a tensor inside torch.vmap / torch.func (functorch-wrapped, no storage of its own)"
+
+
 def unsupported_reason(t: torch.Tensor) -> str | None:
+    if _functorch_wrapped(t):
+        return NO_STORAGE
     if t.layout != torch.strided:
         return f"unsupported: {str(t.layout).replace('torch.', '')} layout"
     if t.is_complex():
@@ -112,15 +119,19 @@ class StatsBuffer(RawRows):
         if code is not None and t.is_cpu and t.layout is _STRIDED and self.fast:  # the common case
             n = t.numel()
             if n:
+                src = t if t.is_contiguous() else t.contiguous()
+                try:
+                    ptr = src.data_ptr()
+                except RuntimeError:  # no storage (inside torch.vmap): unsupported_reason says so below
+                    n = 0
+            if n:
                 row = self._n
                 if row == self._host.shape[0]:
                     self._next_row()
                     self._ptr, self._cap = self._host.ctypes.data, self._host.shape[0]
                 else:
                     self._n = row + 1
-                if not t.is_contiguous():
-                    t = t.contiguous()
-                _fastats.reduce(t.data_ptr(), n, code, self._ptr + row * (RAW_WIDTH * 8))
+                _fastats.reduce(ptr, n, code, self._ptr + row * (RAW_WIDTH * 8))
                 return row, name, None
         row = self._next_row()
         self._ptr, self._cap = self._host.ctypes.data, self._host.shape[0]
@@ -143,14 +154,19 @@ class StatsBuffer(RawRows):
             n = t.numel()
             if n:
                 code, name, size = fast
+                src = t if t.is_contiguous() else t.contiguous()
+                try:
+                    ptr = src.data_ptr()
+                except RuntimeError:  # no storage (inside torch.vmap): add() gives the reason
+                    n = 0
+            if n:
                 row = self._n
                 if row == self._cap:
                     self._next_row()
                     self._ptr, self._cap = self._host.ctypes.data, self._host.shape[0]
                 else:
                     self._n = row + 1
-                src = t if t.is_contiguous() else t.contiguous()
-                _fastats.reduce(src.data_ptr(), n, code, self._ptr + row * _ROW_BYTES)
+                _fastats.reduce(ptr, n, code, self._ptr + row * _ROW_BYTES)
                 return Seen(_weakref(t), version, row, name, None, tuple(t.shape), n, n * size)
         row, name, why = self.add(t)
         n = t.numel()
