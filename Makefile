@@ -132,8 +132,10 @@ TEST_WORKERS ?= 3
 XDIST = $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
 DURATIONS := --durations=30
 # One OpenMP thread per process (torch, MindSpore, and what they start: kernels, torchrun ranks, msProbe runs):
-# several workers on two cores, each with a thread per core, spin-wait against each other (the same two test
-# modules took 65 s of CPU with the default, 23 s with one thread). `OMP_NUM_THREADS=… make test` overrides it.
+# on a loaded machine several workers, each with a thread per core, spin-wait against each other (two test
+# modules took 65 s of CPU with the default, 23 s with one thread, at a load of ~8); on a quiet one the
+# suite's CPU is about the same either way (the models are too small for torch to split an op).
+# `OMP_NUM_THREADS=… make test` overrides it.
 TEST_THREADS := OMP_NUM_THREADS=$(or $(OMP_NUM_THREADS),1)
 
 # The numpy-2 run comes after the main one, not beside it: tried beside it (niced) on two cores, the processes
