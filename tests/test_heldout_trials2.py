@@ -59,25 +59,30 @@ class GAN(nn.Module):
         self.disc = nn.Sequential(nn.Linear(8, 16), nn.LeakyReLU(0.2), nn.Linear(16, 1))
 
 
+def gan_iteration(model: GAN, od: Any, og: Any, z: torch.Tensor, real: torch.Tensor) -> tuple[Any, Any]:
+    """One GAN iteration: the discriminator's loss and step, then the generator's; their losses."""
+    ones, zeros = torch.ones(4, 1), torch.zeros(4, 1)
+    od.zero_grad()
+    fake = model.gen(z)
+    ld = F.binary_cross_entropy_with_logits(model.disc(real), ones) + \
+        F.binary_cross_entropy_with_logits(model.disc(fake.detach()), zeros)
+    ld.backward()
+    od.step()
+    og.zero_grad()
+    lg = F.binary_cross_entropy_with_logits(model.disc(fake), ones)
+    lg.backward()
+    og.step()
+    return ld, lg
+
+
 def gan_train(model: GAN, iters: int, after: Callable[[int], None] | None = None, dbg: Any = None) -> list:
     """The usual GAN loop: the discriminator's step, then the generator's (two ``optimizer.step()``)."""
     g = torch.Generator().manual_seed(1)
     og = torch.optim.Adam(model.gen.parameters(), lr=1e-3)
     od = torch.optim.Adam(model.disc.parameters(), lr=1e-3)
-    ones, zeros = torch.ones(4, 1), torch.zeros(4, 1)
     losses = []
     for i in range(iters):
-        z, real = torch.randn(4, 4, generator=g), torch.randn(4, 8, generator=g)
-        od.zero_grad()
-        fake = model.gen(z)
-        ld = F.binary_cross_entropy_with_logits(model.disc(real), ones) + \
-            F.binary_cross_entropy_with_logits(model.disc(fake.detach()), zeros)
-        ld.backward()
-        od.step()
-        og.zero_grad()
-        lg = F.binary_cross_entropy_with_logits(model.disc(fake), ones)
-        lg.backward()
-        og.step()
+        ld, lg = gan_iteration(model, od, og, torch.randn(4, 4, generator=g), torch.randn(4, 8, generator=g))
         if dbg is not None:
             dbg.step()
         losses += [ld.detach().clone(), lg.detach().clone()]
@@ -120,22 +125,11 @@ def test_a_step_function_with_two_optimizers_is_one_step_and_replays_bitwise(lev
     model = GAN()
     og = torch.optim.Adam(model.gen.parameters(), lr=1e-3)
     od = torch.optim.Adam(model.disc.parameters(), lr=1e-3)
-    ones, zeros = torch.ones(4, 1), torch.zeros(4, 1)
     dbg = nbdebug.Debugger(model, level=level)
 
     @dbg.step_fn
     def train_step(z, real):
-        od.zero_grad()
-        fake = model.gen(z)
-        ld = F.binary_cross_entropy_with_logits(model.disc(real), ones) + \
-            F.binary_cross_entropy_with_logits(model.disc(fake.detach()), zeros)
-        ld.backward()
-        od.step()
-        og.zero_grad()
-        lg = F.binary_cross_entropy_with_logits(model.disc(fake), ones)
-        lg.backward()
-        og.step()
-        return lg
+        return gan_iteration(model, od, og, z, real)[1]
 
     try:
         g = torch.Generator().manual_seed(1)
