@@ -149,6 +149,7 @@ class Debugger(Reader, PanelOwner):
         version, device = self.backend.info(model)
         self.session = Session(framework=self.backend.name, framework_version=version, device=device,
                                memory_budget=memory_budget, stats_window=stats_window)
+        self.session.api_parameters = self.backend.api_parameters  # a dump's slot names answer too (slot_of)
         self._adapter = self.backend.adapter(model, level, self.session, retain=retain, retain_copy=retain_copy,
                                              graph_every=graph_every)
         # fewer young collections while capturing (see gc_tuning); let go at close or when collected

@@ -84,6 +84,25 @@ def test_every_live_slot_with_a_dump_entry_reads_back_by_its_live_name(run):
         assert h.shape == (2, 8, 32) and np.array_equal(h, off.tensor(TOP, "output.0.last_hidden_state", last))
 
 
+def test_the_live_debugger_answers_to_the_dumps_slot_names(run):
+    """The other way round: a notebook written against a dump (``input.2``, ``output.0.last_hidden_state``)
+    reads the same tensors from a live Debugger, whose names for them are ``input.weight`` and
+    ``output.last_hidden_state``; a name that is neither still raises KeyError naming the node's slots."""
+    level, dbg, off = run
+    last = STEPS - 1
+    assert (LN, "input.2") not in dbg.session.table(last).index  # the live session has another name for it
+    assert dbg.stats(LN, "input.2", last) == dbg.stats(LN, "input.weight", last)
+    assert dbg.session.timeline(LN, "input.3", "norm") == dbg.session.timeline(LN, "input.bias", "norm")
+    assert off.stats(LN, "input.2", last)["max"] == pytest.approx(dbg.stats(LN, "input.2", "current")["max"])
+    w = dbg.tensor(LN, "input.2")
+    assert w.shape == (32,) and np.array_equal(w, dbg.tensor(LN, "input.weight"))
+    if level == "mix":
+        h = dbg.tensor(TOP, "output.0.last_hidden_state")
+        assert h.shape == (2, 8, 32) and np.array_equal(h, dbg.tensor(TOP, "output.last_hidden_state"))
+    with pytest.raises(KeyError, match="has no slot 'input.9'"):
+        dbg.stats(LN, "input.9", last)
+
+
 def test_hits_and_compare_rows_read_back_by_either_name(run):
     level, dbg, off = run
     last = STEPS - 1

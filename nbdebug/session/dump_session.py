@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import os
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from .session import Session, _check_fields
+from .slot_names import slot_aliases  # noqa: F401 - the compare passes and tests import it from here
 from .stats import COL, FIELDS, StatsTable, row_to_mapping
 from .store import NotRetainedError
 
@@ -87,41 +88,6 @@ def read_tensor_file(tf: TensorFile, read_other: Callable[[str], np.ndarray] | N
     return arr
 
 
-def slot_aliases(slot: str, params: Sequence[str] | None = None) -> list[str]:
-    """The other names of one tensor slot between a live session and the dump written from it.
-
-    A dump follows msProbe's layout: a call's output is a list (a dict output ``{k: t}`` is slot
-    ``output.0.k``, live ``output.k``), and an op's arguments are named as the caller passed them
-    (positional: ``input.2``), where live they are named as the framework handed them on (PyTorch's
-    ``F.layer_norm`` passes ``weight`` by keyword: ``input.weight``). ``params``: the op's parameter names
-    in order, relating ``input.{i}`` and ``input.{params[i]}``.
-
-    >>> slot_aliases("output.last_hidden_state"), slot_aliases("output.0.last_hidden_state")
-    (['output.0.last_hidden_state'], ['output.last_hidden_state'])
-    >>> ps = ["input", "normalized_shape", "weight", "bias", "eps"]
-    >>> slot_aliases("input.weight", ps), slot_aliases("input.2", ps), slot_aliases("input.bias.0", ps)
-    (['input.2'], ['input.weight'], ['input.3.0'])
-    """
-    head, _, rest = slot.partition(".")
-    first, dot, tail = rest.partition(".")
-    if not first:
-        return []
-    if head == "output":
-        if not first.isdigit():
-            return [f"output.0.{rest}"]
-        if first == "0" and tail and not tail.partition(".")[0].isdigit():
-            return [f"output.{tail}"]
-        return []
-    if head != "input" or not params:
-        return []
-    if first.isdigit():
-        i = int(first)
-        return [f"input.{params[i]}{dot}{tail}"] if i < len(params) else []
-    if first in params:
-        return [f"input.{list(params).index(first)}{dot}{tail}"]
-    return []
-
-
 class DumpSession(Session):
     """A :class:`~nbdebug.session.session.Session` whose steps come from files (``live`` is False).
 
@@ -150,9 +116,6 @@ class DumpSession(Session):
         self.step_runs: dict[int, list[tuple[int, int]]] = {}
         self._cache: OrderedDict[tuple[int, str, str], np.ndarray] = OrderedDict()
         self._cache_items = cache_items
-        #: an op node's parameter names in order (``Functional.layer_norm.0.forward`` -> ``input,
-        #: normalized_shape, weight, ...``), or None: the framework backend's, set by the offline session
-        self.api_parameters: Callable[[str], Sequence[str] | None] | None = None
 
     # -- building ---------------------------------------------------------------------------------
     def add_step(self, step: int, keys: list[tuple[str, str]], dtypes: list[str], shapes: list[tuple[int, ...]],
@@ -189,21 +152,6 @@ class DumpSession(Session):
         return f"{steps[0]}..{steps[-1]}" if contiguous and len(steps) > 2 else ", ".join(map(str, steps))
 
     # -- slot names: the dump's, and the live session's for the same tensor ----------------------------
-    def slot_of(self, node: str, slot: str) -> str:
-        """The dump's name of ``node``'s slot ``slot``, given the dump's name or the live session's
-        (:func:`slot_aliases`): ``input.weight`` -> ``input.2`` for ``F.layer_norm(x, shape, w, b)``,
-        ``output.last_hidden_state`` -> ``output.0.last_hidden_state`` for a dict output. A name that is
-        neither is returned as given (the caller's ``KeyError`` names the node's slots). A name the dump has
-        is always that slot; any other name has at most one alias, so either way one slot answers."""
-        g = self.graph.nodes.get(node)
-        known = g.shapes if g is not None else None
-        if not known or slot in known:
-            return slot
-        params = self.api_parameters(node) if self.api_parameters is not None and slot.startswith("input.") \
-            else None
-        found = [c for c in slot_aliases(slot, params) if c in known]  # at most one
-        return found[0] if found else slot
-
     def slot_names(self, node: str, slot: str) -> tuple[str, ...]:
         """Every name ``node``'s slot answers to: the dump's first, then its aliases (the live session's
         name of the same tensor); ``KeyError`` for a slot the node does not have."""

@@ -23,6 +23,7 @@ from .graph import Graph, Node
 from .handle import Handle
 from .history import HISTORY_FIELDS, History
 from .monitor import Monitor
+from .slot_names import slot_aliases
 from .stats import FIELDS, STAT_KEYS, StatsTable, row_to_mapping
 from .steps import current_step, resolve_step
 from .store import NotRetainedError, TensorStore
@@ -192,6 +193,9 @@ class Session:
         #: :func:`~nbdebug.session.steps.current_step` decides)
         self.chosen_step: int | None = None
         self.recorder = StepRecorder()
+        #: an op node's parameter names in order (``Functional.layer_norm.0.forward`` -> ``input,
+        #: normalized_shape, weight, ...``), or None: the framework backend's (:meth:`slot_of`'s aliases)
+        self.api_parameters: Callable[[str], Any] | None = None
         self.order = 0  # execution counter within the step in progress
         self.lock = threading.RLock()
         #: source of raw stats rows for the step in progress: () -> ndarray (rows x RAW_WIDTH)
@@ -382,6 +386,7 @@ class Session:
               fields: Any = None) -> Mapping[str, Any]:
         """Statistics of one tensor; ``fields`` picks some of them (a step out of the window serves the
         :data:`HISTORY_FIELDS` of an output tensor)."""
+        slot = self.slot_of(node, slot)
         key = (node, slot)
         self._check_key(node, slot)
         want = _check_fields(fields)
@@ -422,6 +427,7 @@ class Session:
         then the window); ``field`` one of :data:`HISTORY_FIELDS`."""
         if field not in HISTORY_FIELDS:
             raise ValueError(f"field must be one of {', '.join(HISTORY_FIELDS)}, got {field!r}")
+        slot = self.slot_of(node, slot)
         key = (node, slot)
         self._check_key(node, slot)
         steps, vals = self.history.series(key, field)
@@ -436,6 +442,7 @@ class Session:
     def tensor(self, node: str, slot: str, step: int | str = "current") -> np.ndarray:
         if self.before_read is not None:
             self.before_read()
+        slot = self.slot_of(node, slot)
         key = (node, slot)
         if step == "initial":
             return self.store.get(key, "initial")
@@ -491,6 +498,22 @@ class Session:
 
     def _node_count(self) -> str:
         return f"{len(self.graph)} nodes captured so far"
+
+    def slot_of(self, node: str, slot: str) -> str:
+        """``node``'s slot ``slot`` under the name this session gives it, ``slot`` being that name or the other
+        one of the same tensor (:func:`~nbdebug.session.slot_names.slot_aliases`: a dump's ``input.2`` is the
+        live ``input.weight`` of ``F.layer_norm(x, shape, w, b)``, a dump's ``output.0.last_hidden_state`` the
+        live ``output.last_hidden_state``). A name that is neither is returned as given (the caller's
+        ``KeyError`` names the node's slots); a name the node has is always that slot, and any other name has
+        at most one alias, so either way one slot answers."""
+        g = self.graph.nodes.get(node)
+        known = g.shapes if g is not None else None
+        if not known or slot in known:
+            return slot
+        params = self.api_parameters(node) if self.api_parameters is not None and slot.startswith("input.") \
+            else None
+        found = [c for c in slot_aliases(slot, params) if c in known]  # at most one
+        return found[0] if found else slot
 
     def _check_key(self, node: str, slot: str) -> None:
         if node not in self.graph.nodes:

@@ -102,6 +102,9 @@ class Reader:
 
     def tensor(self, node: str, slot: str, step: int | str = "current") -> np.ndarray:
         """The retained (or dumped) value as numpy; ``NotRetainedError`` (a ``LookupError``) says why when absent."""
+        slot_of = getattr(self.session, "slot_of", None)  # a live or dump name of the slot (Session.slot_of)
+        if slot_of is not None:
+            slot = slot_of(node, slot)
         self._check_step_ran(node, slot, step)
         self._check_current_ran(node, slot, step)
         return self.session.tensor(node, slot, step)
