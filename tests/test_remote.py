@@ -199,7 +199,10 @@ def test_group_control_pauses_all_at_one_step(listener, tmp_path):
         with pytest.raises(RuntimeError, match="exactly one process"):
             a.next_node()
         step = listener.pause_all()
-        until(lambda: str(a.state) == str(b.state) == "paused", 30, "both paused")
+        # a process that answered while ending the step before S pauses there first and is resumed up to S
+        # (Listener.pause_all, _paused_short): "paused" alone can be that passing stop, the same step cannot
+        until(lambda: str(a.state) == str(b.state) == "paused" and a.step_index == b.step_index, 30,
+              "both paused at one step")
         assert a.step_index == b.step_index == step + 1  # paused at the end of the same step
         assert a.current_node is None and b.current_node is None  # at a step boundary
         a.cont(2)  # several processes: the command goes to all of them
