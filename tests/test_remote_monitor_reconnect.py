@@ -76,6 +76,37 @@ def test_replay_sends_the_full_resolution_rows_only():
     assert mirror.value(25, "Run", "loss") == mon.value(25, "Run", "loss")
 
 
+def test_replay_while_training_records_sends_each_step_its_own_values():
+    """The agent replays on its own thread while the training thread records: every row sent carries the
+    values of its own step (a step and another step's values read a moment apart was a CI failure)."""
+    import threading
+
+    mon, stop = Monitor(horizon=400, block=4), threading.Event()
+    keys = [("Run", "loss"), ("Parameter.w", "grad_norm")]
+
+    def train():
+        step = 0
+        while not stop.is_set() and step < 200_000:
+            mon.record(step, keys, np.array([step, -step], np.float64))
+            step += 1
+
+    writer = threading.Thread(target=train)
+    writer.start()
+    try:
+        checked = 0
+        while checked < 300:
+            for head, frames in MonitorSender().replay(mon, 0, chunk=64):
+                ids = np.frombuffer(frames[0], "<i4").reshape(-1, 2)
+                values = np.frombuffer(frames[1], "<f4").reshape(-1, 2)
+                steps = np.asarray(head["steps"], np.float32)
+                assert head["rows"] == [2] * len(steps) and (ids == [0, 1]).all()
+                assert np.array_equal(values[:, 0], steps) and np.array_equal(values[:, 1], -steps)
+                checked += 1
+    finally:
+        stop.set()
+        writer.join()
+
+
 def test_rows_that_do_not_match_their_frames_are_refused():
     mon = _recorded(4)
     (head, frames), = MonitorSender().replay(mon, 0)

@@ -63,19 +63,13 @@ class MonitorSender:
         after a kernel restart) as ``monitor`` messages' ``(header, [ids, values])``, ``chunk`` steps each —
         ``{"start", "keys", "steps", "rows"}`` (``rows``: each step's series count; the frames hold the steps'
         ids and values one after the other). Steps folded into min/max blocks (older than the monitor's
-        ``horizon``) have no row to send. Only rows complete when this is called (up to ``last_step``)."""
+        ``horizon``) have no row to send. Only rows complete when this is called (read at one moment)."""
         if monitor is None or monitor.last_step is None:
             return []
-        last = int(monitor.last_step)  # read first: a row is complete once last_step names it
-        steps, _rows = monitor.recent()
-        keys = list(monitor.keys)
-        n = len(steps)
-        if not n or not keys:
+        keys, steps, values, has = monitor.full_rows()  # of one moment (training goes on meanwhile)
+        if not len(steps) or not keys:
             return []
-        _all, values = monitor.columns(keys)
-        _all, has = monitor.present(keys)
-        values, has = values[-n:], has[-n:]  # the full-resolution part (folded blocks come first)
-        pick = np.flatnonzero((steps >= first) & (steps <= last))
+        pick = np.flatnonzero(steps >= first)
         out = []
         for lo in range(0, len(pick), chunk):
             part = pick[lo:lo + chunk]

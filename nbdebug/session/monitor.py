@@ -42,6 +42,7 @@ parameter ``Parameter.{path}`` has ``weight_norm``, ``grad_norm``, ``update_norm
 
 from __future__ import annotations
 
+import threading
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -92,6 +93,9 @@ class Monitor:
         self.clamped: set[Key] = set()
         self.last_step: int | None = None
         self._total = 0
+        #: one writer (the training thread) and readers elsewhere (the remote agent's thread): a reader sees
+        #: whole rows, its steps and values from one moment
+        self._lock = threading.Lock()
 
     def __len__(self) -> int:
         """Steps recorded (full resolution and folded)."""
@@ -104,6 +108,10 @@ class Monitor:
         that have a value this step (default: all of them).
 
         Steps must increase; passing the same ``keys`` object every step makes this a few array ops."""
+        with self._lock:
+            self._record(step, keys, values, present)
+
+    def _record(self, step: int, keys: Sequence[Key], values: np.ndarray, present: np.ndarray | None) -> None:
         if self.last_step is not None and step <= self.last_step:
             raise ValueError(f"monitor steps must increase: {step} after {self.last_step}")
         cols = self._columns(keys)
@@ -204,21 +212,35 @@ class Monitor:
     def recent(self) -> tuple[np.ndarray, np.ndarray]:
         """``(steps, rows)`` of the full-resolution part, oldest first (rows: steps × series, float32; a copy of
         every series — :meth:`columns` reads a few)."""
-        idx = self._order()
-        return self._ring_steps[idx], self._ring[idx][:, :len(self.keys)]
+        with self._lock:
+            idx = self._order()
+            return self._ring_steps[idx], self._ring[idx][:, :len(self.keys)]
+
+    def full_rows(self) -> tuple[list[Key], np.ndarray, np.ndarray, np.ndarray]:
+        """``(keys, steps, values, has)`` of the full-resolution part (values and has: steps × keys), all read at
+        one moment — a row recorded meanwhile, and a series it names first, are in all or none of them: what a
+        reconnected notebook is sent."""
+        with self._lock:
+            idx, n = self._order(), len(self.keys)
+            return (list(self.keys), self._ring_steps[idx], self._ring[idx][:, :n],
+                    self._ring_has[idx][:, :n])
 
     def columns(self, keys: Sequence[Key], reduce: str = "max") -> tuple[np.ndarray, np.ndarray]:
         """``(steps, values)`` of several series over the whole run: values is steps × len(keys), float32, NaN
         where a series has no value (or the model computed NaN: :meth:`present` tells which); a folded block
         is one row at its last step (its max or min)."""
-        return self._gather(keys, self._dec_max if reduce == "max" else self._dec_min, self._ring, np.nan)
+        return self._gather(keys, "_dec_max" if reduce == "max" else "_dec_min", "_ring", np.nan)
 
     def present(self, keys: Sequence[Key]) -> tuple[np.ndarray, np.ndarray]:
         """``(steps, mask)`` matching :meth:`columns`: True where a series has a value (NaN included)."""
-        return self._gather(keys, self._dec_has, self._ring_has, False)
+        return self._gather(keys, "_dec_has", "_ring_has", False)
 
-    def _gather(self, keys: Sequence[Key], dec: np.ndarray, ring: np.ndarray, empty: Any) -> tuple[np.ndarray,
-                                                                                                     np.ndarray]:
+    def _gather(self, keys: Sequence[Key], dec: str, ring: str, empty: Any) -> tuple[np.ndarray, np.ndarray]:
+        with self._lock:  # the arrays named, read under the lock (a fold or a widening replaces them)
+            return self._gather_now(keys, getattr(self, dec), getattr(self, ring), empty)
+
+    def _gather_now(self, keys: Sequence[Key], dec: np.ndarray, ring: np.ndarray, empty: Any) -> tuple[np.ndarray,
+                                                                                                        np.ndarray]:
         cols = np.fromiter((self._col.get(k, -1) for k in keys), np.int64, len(keys))
         known = cols >= 0
         idx = self._order()
@@ -250,11 +272,12 @@ class Monitor:
 
     def row(self, step: int) -> dict[Key, float]:
         """Every series' full-resolution value at ``step`` ({} when folded or not recorded)."""
-        pos = self._position(step)
-        if pos is None:
-            return {}
-        n = len(self.keys)
-        vals, has = self._ring[pos, :n], self._ring_has[pos, :n]
+        with self._lock:
+            pos = self._position(step)
+            if pos is None:
+                return {}
+            n = len(self.keys)
+            vals, has = self._ring[pos, :n].copy(), self._ring_has[pos, :n].copy()
         return {k: float(v) for k, v, h in zip(self.keys, vals, has, strict=True) if h}
 
     def nonfinite(self, step: int) -> dict[Key, float]:
