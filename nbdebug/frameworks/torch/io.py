@@ -40,6 +40,7 @@ from ...session.level import Level
 from ..core.snapshot import Snap, untap
 from ..encode import describe_plain
 from .op_calls import mutated_args
+from .stats import _functorch_wrapped as _wrapped  # a vmap / torch.func tensor: no storage, no data
 
 _INPLACE_DUNDERS = frozenset({
     "__iadd__", "__isub__", "__imul__", "__itruediv__", "__setitem__", "__ifloordiv__", "__imod__", "__ipow__",
@@ -52,10 +53,6 @@ _NOT_DESCRIBED = (torch.dtype, torch.device, torch.layout, torch.Generator)
 # leaves msProbe describes (or writes as {}) instead of walking into: checked before lists/tuples/dicts
 _LEAF_TYPES = (bool, int, float, str, slice, type(Ellipsis), torch.Size, torch.memory_format, *_NP_SCALARS,
                *_NOT_DESCRIBED)
-
-
-#: a functorch tensor (``BatchedTensor`` inside ``torch.vmap``, ``torch.func.grad``'s): no storage, no data
-_wrapped = getattr(torch._C._functorch, "is_functorch_wrapped_tensor", lambda t: False)
 
 
 def tensor_stats(t: torch.Tensor, precision: str = "low") -> tuple[Any, Any, Any, Any]:
