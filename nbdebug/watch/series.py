@@ -127,11 +127,17 @@ class SeriesReader:
     # -- values -------------------------------------------------------------------------------------
     def values(self, step: int, field: str, keys: list[Key]) -> np.ndarray:
         """``field`` of every key at ``step`` as float64 (NaN where absent)."""
+        return self.values_present(step, field, keys)[0]
+
+    def values_present(self, step: int, field: str, keys: list[Key]) -> tuple[np.ndarray, np.ndarray]:
+        """``(values, present)``: :meth:`values` and a mask of the keys that have a value at ``step`` — a NaN
+        there is one the model computed (a NaN loss, the norm of a tensor holding a NaN), not an absence."""
         out = np.full(len(keys), np.nan)
+        has = np.zeros(len(keys), bool)
         if not keys:
-            return out
+            return out, has
         if is_monitor_field(field):
-            return self._monitor_values(step, keys, out)
+            return self._monitor_values(step, keys, out, has)
         s = self.session
         table = s.steps.get(step)
         if table is not None:
@@ -141,7 +147,7 @@ class SeriesReader:
                 ok &= ~np.isin(rows, list(table.unsupported))
             v = table.values[rows[ok]]
             out[ok] = v[:, _NONFINITE].sum(axis=1) if field == "nonfinite_count" else v[:, COL[field]]
-            return out
+            return out, ok
         h = s.history
         if step in h.steps and field in HISTORY_FIELDS:
             ids, vals = h.steps[step]
@@ -154,7 +160,8 @@ class SeriesReader:
             pos = np.where((kid >= 0) & (kid < len(inv)), inv[np.clip(kid, 0, len(inv) - 1)], -1)
             ok = pos >= 0
             out[ok] = vals[pos[ok], HISTORY_FIELDS.index(field)]
-        return out
+            has = ok
+        return out, has
 
     def _map(self, ck: Any, keys: list[Key], get: Any) -> np.ndarray:
         got = self._rows.get(ck)
@@ -165,19 +172,21 @@ class SeriesReader:
                                                len(keys))
         return got
 
-    def _monitor_values(self, step: int, keys: list[Key], out: np.ndarray) -> np.ndarray:
+    def _monitor_values(self, step: int, keys: list[Key], out: np.ndarray,
+                        has: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         mon = self.monitor
         if mon is None or mon.last_step is None or not mon._count:
-            return out
+            return out, has
         if mon.last_step == step:  # the live case: the newest row, no copy of the ring
-            row = mon._ring[(mon._head + mon._count - 1) % mon.horizon]
+            at = (mon._head + mon._count - 1) % mon.horizon
+            row, row_has = mon._ring[at], mon._ring_has[at]
         else:
-            steps, rows = mon.recent()
-            i = int(np.searchsorted(steps, step))
-            if i == len(steps) or steps[i] != step:
-                return out
-            row = rows[i]
+            pos = mon._position(step)
+            if pos is None:
+                return out, has
+            row, row_has = mon._ring[pos], mon._ring_has[pos]
         cols = self._map(("m", id(keys), len(keys), len(mon.keys)), keys, mon._col.get)
         ok = cols >= 0
         out[ok] = row[cols[ok]]
-        return out
+        has[ok] = row_has[cols[ok]]
+        return out, has

@@ -15,8 +15,9 @@ statistic of the selected nodes' output tensors, or a monitor field of the selec
 * ``ODD_RANK`` (``field="norm", z=6``) is a job's (:mod:`nbdebug.job.odd_rank`): :func:`rank_outliers`.
 
 **Warm-up**: SPIKE and DRIFT check a series once its window holds :func:`min_history` values — ``max(3,
-window // 5)``: 10 for SPIKE's default window of 50, 40 for DRIFT's 200; never before. Missing (NaN) values
-are skipped and non-finite ones checked but kept out of the baseline.
+window // 5)``: 10 for SPIKE's default window of 50, 40 for DRIFT's 200; never before. Absent values are
+skipped; non-finite ones are checked but kept out of the baseline: ±Inf and a NaN the model computed (a NaN
+loss, the norm of a tensor holding a NaN) fire SPIKE and DRIFT — no band holds them — and end a STALL.
 
 **Cost**: one rolling buffer ``window × series`` per watchpoint; a step is a few numpy operations over all its
 series together (no per-series Python loop; SPIKE's median is one ``np.median`` over the buffer).
@@ -177,9 +178,13 @@ def _median(st: _State) -> np.ndarray:
         return np.nanmedian(rows, axis=1)
 
 
-def _evaluate(cond: str, p: dict[str, Any], st: _State, row: np.ndarray, step: int) -> tuple[np.ndarray, Any]:
-    """Which series fire at ``step`` (a mask), and what each fired against: ``(actual, threshold, median)``."""
-    present = ~np.isnan(row)
+def _evaluate(cond: str, p: dict[str, Any], st: _State, row: np.ndarray, step: int,
+              computed_nan: np.ndarray | None = None) -> tuple[np.ndarray, Any]:
+    """Which series fire at ``step`` (a mask), and what each fired against: ``(actual, threshold, median)``.
+    ``computed_nan`` marks the NaNs of ``row`` the model computed: they fire SPIKE and DRIFT (once warmed up)
+    and break a STALL; the other NaNs are absent values."""
+    nan = np.zeros(len(row), bool) if computed_nan is None else computed_nan
+    present = ~np.isnan(row) | nan
     if cond == "STALL":
         below = present & (row < p["below"])
         st.run = np.where(present, np.where(below, st.run + 1, 0), st.run)
@@ -191,16 +196,16 @@ def _evaluate(cond: str, p: dict[str, Any], st: _State, row: np.ndarray, step: i
         amed, arow = np.abs(med), np.abs(row)
         with np.errstate(divide="ignore", invalid="ignore"):
             ratio = np.where(amed > 0, arow / amed, np.where(arow > 0, np.inf, 0.0))
-        fired = ready & (ratio > p["factor"])
-        soft = ready & (ratio > math.sqrt(p["factor"]))
+        fired = ready & ((ratio > p["factor"]) | nan)
+        soft = ready & ((ratio > math.sqrt(p["factor"])) | nan)
         actual, threshold = ratio, p["factor"]
     else:  # DRIFT
         mean, std = _baseline(st)
         scale = np.maximum(std, np.maximum(STD_FLOOR * np.abs(mean), 1e-300))
         with np.errstate(invalid="ignore", over="ignore"):
             z = np.abs(row - mean) / scale
-        fired = ready & (z > p["z"])
-        soft = ready & (z > p["z"] / 2)
+        fired = ready & ((z > p["z"]) | nan)
+        soft = ready & ((z > p["z"] / 2) | nan)
         actual, threshold, med = z, p["z"], None
     st.since = np.where(soft, np.where(st.since < 0, step, st.since), -1)
     return fired, (actual, threshold, med)
@@ -252,8 +257,11 @@ class TemporalEngine:
         keys = self.reader.keys(wp, st.field, step)
         cols = st.columns(keys)
         row = np.full(len(st.keys), np.nan)
-        row[cols] = self.reader.values(step, st.field, keys)
-        fired, (actual, threshold, med) = _evaluate(wp.condition, wp.params, st, row, step)
+        computed_nan = np.zeros(len(st.keys), bool)  # a NaN the model computed (not an absent value)
+        vals, has = self.reader.values_present(step, st.field, keys)
+        row[cols] = vals
+        computed_nan[cols] = has & np.isnan(vals)
+        fired, (actual, threshold, med) = _evaluate(wp.condition, wp.params, st, row, step, computed_nan)
         out = self._records(wp, st, step, row, np.flatnonzero(fired), actual, threshold, med) if fired.any() else []
         st.push(np.where(np.isfinite(row), row, np.nan))
         st.last = step

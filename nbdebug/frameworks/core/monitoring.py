@@ -7,7 +7,8 @@ Its values come from two places:
   parameters' gradient, update and optimizer-moment norms, the loss, the loss scale; and at the levels that
   record no module calls (``monitor``, ``L1``) the modules' output and output-gradient norms;
 * at ``L0``/``mix``, the step's :class:`~nbdebug.session.stats.StatsTable` (the same values, measured once):
-  a module's ``{prefix}.{path}.{Class}.forward.0 output.0`` gives its ``output_norm`` and ``output_max_abs``,
+  a module's ``{prefix}.{path}.{Class}.forward.0`` first output slot (``output.0``, or a ``ModelOutput``'s first
+  field, ``output.last_hidden_state``) gives its ``output_norm`` and ``output_max_abs``,
   its ``backward.0 input.0`` its ``grad_input_norm``; a ``Parameter.{name} output.0`` its ``weight_norm``
   (the weight the forward used) at every level that records parameters.
 
@@ -103,9 +104,15 @@ class MonitorRows(KeyColumns):
             return cache[2]
         rows, norm_cols, max_rows, max_cols = [], [], [], []
         prefix = self.prefix
+        first: set[str] = set()  # module calls whose first output slot was seen
         for i, (node, slot) in enumerate(keys):
             if node.startswith(prefix):
-                if slot == "output.0" and node.endswith(".forward.0"):
+                if slot.startswith("output.") and node.endswith(".forward.0") and node not in first:
+                    # the first output tensor, as the probe's first_tensor: ``output.0``, or a ModelOutput's
+                    # first field (``output.last_hidden_state``); not an integer one (no norm series)
+                    first.add(node)
+                    if "float" not in table.dtypes[i]:
+                        continue
                     base = node[:-len(".forward.0")]
                     rows.append(i)
                     norm_cols.append(self.col((base, "output_norm")))

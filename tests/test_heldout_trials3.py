@@ -1,0 +1,143 @@
+"""The "whole run" features tried as an outside user would, on set-ups nbdebug was not built against (round 3).
+
+Monitor level left on, watchpoints over time, the timeline, ``dbg.replay`` and ``save_repro`` on tiny
+``transformers`` models built from configs (GPT-J, Qwen2, Mistral, Mixtral, Falcon, DeBERTa-v2, Funnel, XLNet,
+Whisper, CLIP, Swin, ConvNeXt) and unusual loops (gradient accumulation over 4 micro-batches with clipping, a
+scheduler and ``zero_grad(set_to_none=False)``; bf16 autocast with a ``GradScaler`` skipping a step; a NaN at
+step k). Each defect they showed is tested on the smallest set-up that shows it:
+
+- at ``L0``/``mix`` the monitor series of a module read off the statistics table looked for the slot
+  ``output.0`` only: a module returning a ``ModelOutput`` (HF's ``Qwen2Model``, a CLIP tower, Whisper's
+  encoder and decoder) records ``output.last_hidden_state`` and had no ``output_norm``/``output_max_abs``,
+  where level ``monitor`` has them (README: L0, L1 and mix record the same series). Its first output slot
+  gives them now;
+- a NaN the model computed (a NaN loss, the NaN gradient norm of a step a ``GradScaler`` skips) was taken by
+  SPIKE and DRIFT for an absent value and fired nothing, where an Inf fired both. It fires them now (and ends
+  a STALL); absent values are still skipped.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import nbdebug
+from nbdebug.replay.replayer import MEASURED
+
+VOCAB = 64
+
+
+def _qwen2():
+    import transformers
+
+    torch.manual_seed(0)
+    cfg = transformers.Qwen2Config(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                                   num_key_value_heads=2, max_position_embeddings=64, intermediate_size=64)
+    return transformers.Qwen2ForCausalLM(cfg).train()
+
+
+def _batches(n, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, VOCAB, (2, 8), generator=g) for _ in range(n)]
+
+
+def _monitor_rows(level, steps=2):
+    model = _qwen2()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    with nbdebug.Debugger(model, level=level) as dbg:
+        for ids in _batches(steps):
+            opt.zero_grad()
+            model(input_ids=ids, labels=ids).loss.backward()
+            opt.step()
+        return [dbg.session.monitor.row(s) for s in range(steps)]
+
+
+@pytest.mark.parametrize("level", ["L0", "mix"])
+def test_a_module_returning_a_model_output_has_its_norm_series_at_every_level(level):
+    """``Qwen2Model`` returns a ``BaseModelOutputWithPast``: its output norms at L0/mix (read off the
+    statistics of ``output.last_hidden_state``) are the monitor level's, and so is every other series."""
+    want, got = _monitor_rows("monitor"), _monitor_rows(level)
+    for a, b in zip(want, got, strict=True):
+        assert set(a) == set(b), sorted(set(a) ^ set(b))[:4]
+        assert ("Module.model.Qwen2Model", "output_norm") in b
+        bad = [k for k in a if not np.isclose(a[k], b[k], rtol=1e-4, atol=1e-7)]
+        assert not bad, [(k, a[k], b[k]) for k in bad[:3]]
+
+
+def _amp_run(level, poison, steps=14, k=12):
+    """bf16 autocast with a GradScaler; at step ``k`` the loss is multiplied by ``poison`` (NaN/Inf): the
+    scaler finds non-finite gradients and skips the optimizer's step."""
+    model = _qwen2()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 10)
+    dbg = nbdebug.Debugger(model, level=level, replay_window=2)
+    dbg.track_loss_scale(scaler)
+    dbg.watch("SPIKE", "Run", field="loss", window=10)
+    dbg.watch("DRIFT", "Run", field="loss", window=10)
+    dbg.watch("SPIKE", "Run", field="grad_norm_total", window=10)
+    dbg.watch("STALL", "Run", field="loss", below=1e9, steps=2)  # fires from step 1 until a NaN ends the run
+
+    @dbg.step_fn
+    def train_step(ids, scale):
+        opt.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = model(input_ids=ids, labels=ids).loss * scale
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        return loss.detach()
+
+    for s, ids in enumerate(_batches(steps)):
+        train_step(ids, poison if s == k else 1.0)
+    return dbg
+
+
+@pytest.mark.parametrize("poison", [float("nan"), float("inf")], ids=["nan", "inf"])
+def test_a_nonfinite_loss_fires_spike_and_drift_and_the_skipped_step_replays(poison):
+    """The NaN loss of step 12 fired nothing over time (an Inf fired SPIKE and DRIFT): both do now, on the loss
+    and on the gradient norm (NaN in both cases: the scaler unscales Inf gradients); STALL's run of steps
+    ends at the NaN. The steps around it replay bitwise, the skipped one included (loss scale halved after)."""
+    dbg = _amp_run("monitor", poison)
+    try:
+        mon = dbg.session.monitor
+        assert np.isnan(mon.value(12, "Run", "grad_norm_total"))
+        assert mon.value(12, "Run", "loss_scale") == 1024.0 and mon.value(13, "Run", "loss_scale") == 512.0
+        temporal = {(h.condition, h.slot) for h in dbg.hits if h.step == 12 and h.condition != "STALL"}
+        assert temporal == {("SPIKE", "loss"), ("DRIFT", "loss"), ("SPIKE", "grad_norm_total")}
+        assert not [h for h in dbg.hits if h.condition in ("SPIKE", "DRIFT") and h.step != 12]
+        stall = sorted(h.step for h in dbg.hits if h.condition == "STALL")
+        assert stall == [s for s in range(1, 14) if s not in (12, 13)]  # the run starts again at 12 (2 steps)
+        wp = next(h for h in dbg.hits if h.condition == "SPIKE" and h.slot == "loss").watchpoint
+        band = dbg.watchpoints.temporal.bands[(wp, "Run", "loss", 12)]
+        assert band.since == 12 and band.n == 10 and np.isfinite(band.median)
+        assert dbg.replay_steps == [12, 13]
+        for step, level in ((12, "monitor"), (12, "mix"), (13, "mix")):
+            r = dbg.replay(step, level=level)
+            # from monitor to mix only the series both measure alike are compared (replayer.MEASURED): at the
+            # skipped step no update or moment norms, so the gradient norms, the loss and the loss scale
+            row = mon.row(step)
+            want = len(row) if level == "monitor" else sum(f in MEASURED for _, f in row)
+            assert r.bitwise and r.compared == want and want > 15, (step, level, r.mismatches[:3], r.error)
+    finally:
+        dbg.close()
+
+
+def test_an_absent_value_is_still_skipped_over_time():
+    """A series missing at a step (no value recorded) fires nothing: only a NaN the model computed does."""
+    from nbdebug.session.monitor import Monitor
+    from nbdebug.session.session import Session
+    from nbdebug.watch.watchpoints import WatchManager
+
+    s = Session(framework="none")
+    s.monitor = Monitor()
+    wm = WatchManager(s)
+    wm.watch("SPIKE", "Run", field="loss", window=10)
+    keys = [("Run", "loss"), ("Run", "grad_norm_total")]
+    hits = []
+    for step in range(20):
+        present = np.array([step != 14, True])
+        loss = np.nan if step in (14, 17) else 5.0 + step % 3
+        s.monitor.record(step, keys, np.array([loss, 1.0]), present)
+        hits += wm.temporal.check(wm.watchpoints.values(), step)
+    assert [(h.step, h.slot) for h in hits] == [(17, "loss")]
