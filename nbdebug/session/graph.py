@@ -69,7 +69,9 @@ class Graph:
         return len(self.nodes)
 
     def __iter__(self) -> Iterator[Node]:
-        return iter(self.nodes.values())
+        """The nodes as of now: a snapshot, so a loop over the graph on another thread (the remote agent's, the
+        notebook's) is not broken by the training thread adding a node meanwhile."""
+        return iter(list(self.nodes.values()))
 
     def __getitem__(self, name: str) -> Node:
         try:

@@ -272,15 +272,17 @@ class Session:
         last = self._last_table
         table = self._build_table(raw, final=True)
         table.orders = _step_orders(table, last, self.graph.nodes)
-        self.steps[self.step_index] = table
-        self.step_index += 1
-        if self.stats_window is not None:
-            while len(self.steps) > self.stats_window:
-                old = min(self.steps)
-                self.history.add(old, self.steps.pop(old))  # its caches go with it
-        self.recorder = StepRecorder()
-        self.order = 0
-        self._partial = None
+        with self.lock:  # a reader on another thread (timeline) takes the window of one moment under it
+            self.steps[self.step_index] = table
+            # the recorder before the step index: "current" read meanwhile is this step, finished or not
+            self.recorder = StepRecorder()
+            self.order = 0
+            self._partial = None
+            self.step_index += 1
+            if self.stats_window is not None:
+                while len(self.steps) > self.stats_window:
+                    old = min(self.steps)
+                    self.history.add(old, self.steps.pop(old))  # its caches go with it
         return table
 
     def skip_step(self, reason: str) -> None:
@@ -404,14 +406,7 @@ class Session:
         i = table.index.get(key)
         if i is None:
             raise KeyError(f"{node} {slot} did not execute in step {idx}")
-        out = row_to_mapping(table.dtypes[i], table.shapes[i], table.values[i])
-        if i in table.unsupported:
-            out.update({k: None for k in ("max", "min", "mean", "abs_mean", "norm")})
-            out["unsupported"] = table.unsupported[i]
-        if want is not None:
-            nf = out["nan_count"] + out["pos_inf_count"] + out["neg_inf_count"]
-            out = {f: (nf if f == "nonfinite_count" else out[f]) for f in want}
-        return out
+        return _row_stats(table, i, want)
 
     def _step_of(self, key: tuple[str, str], step: Any) -> int:
         if isinstance(step, (int, np.integer)) and not isinstance(step, bool) and step < 0:
@@ -430,11 +425,16 @@ class Session:
         slot = self.slot_of(node, slot)
         key = (node, slot)
         self._check_key(node, slot)
-        steps, vals = self.history.series(key, field)
-        for idx in sorted(self.steps):
-            if key in self.steps[idx].index:
-                m = self.stats(node, slot, idx, fields=[field])
-                v = m[field]
+        with self.lock:  # the window of one moment (training moves its oldest step to the history meanwhile)
+            window = dict(self.steps)
+        past = self.history.series(key, field)  # holds every step that left the window before that moment
+        steps = [k for k in past[0] if k not in window]
+        vals = [v for k, v in zip(*past, strict=True) if k not in window]
+        for idx in sorted(window):
+            table = window[idx]
+            i = table.index.get(key)
+            if i is not None:
+                v = _row_stats(table, i, (field,))[field]
                 steps.append(idx)
                 vals.append(float("nan") if v is None else float(v))
         return steps, vals
@@ -521,6 +521,18 @@ class Session:
         known = self.graph.nodes[node].shapes
         if known and slot not in known:
             raise KeyError(f"node {node!r} has no slot {slot!r}; its slots: {sorted(known)}")
+
+
+def _row_stats(table: StatsTable, i: int, want: tuple[str, ...] | None) -> dict[str, Any]:
+    """Row ``i`` of ``table`` as statistics by name (``want``: those only; ``nonfinite_count`` summed)."""
+    out = row_to_mapping(table.dtypes[i], table.shapes[i], table.values[i])
+    if i in table.unsupported:
+        out.update({k: None for k in ("max", "min", "mean", "abs_mean", "norm")})
+        out["unsupported"] = table.unsupported[i]
+    if want is not None:
+        nf = out["nan_count"] + out["pos_inf_count"] + out["neg_inf_count"]
+        out = {f: (nf if f == "nonfinite_count" else out[f]) for f in want}
+    return out
 
 
 def _check_fields(fields: Any) -> tuple[str, ...] | None:

@@ -269,8 +269,8 @@ class WatchManager:
     # -- evaluation -------------------------------------------------------------------------------
     def pin_values(self) -> frozenset[str]:
         """Tell the session which nodes' values the value-level watchpoints need (kept over budget)."""
-        wps = [w for w in self.watchpoints.values() if w.enabled and get_condition(w.condition).needs
-               in ("values", "previous")]
+        wps = [w for w in list(self.watchpoints.values()) if w.enabled and get_condition(w.condition).needs
+               in ("values", "previous")]  # list(): the set as of now (the notebook may add one meanwhile)
         pinned = frozenset(n.name for n in self.session.graph for w in wps if w.selects(n)) if wps else frozenset()
         self.session.pin(pinned)
         return pinned
@@ -278,14 +278,15 @@ class WatchManager:
     def check(self, step: int) -> list[HitRecord]:
         """Evaluate every enabled watchpoint on ``step``; replaces that step's hits; returns them."""
         self.pin_values()
-        over_time = self.temporal.check(self.watchpoints.values(), step)
+        wps = list(self.watchpoints.values())  # as of now: another thread may set or delete one meanwhile
+        over_time = self.temporal.check(wps, step)
         table = self.session.table(step)
         found = self._evaluate(step, table, None)
         if found:
             origin = first_nonfinite(self.session, step, ignore=self.benign)
             found = in_flow_order(self.session.graph, found, origin[0] if origin is not None else None)
         if not len(table):  # a step that recorded no tensors (level="monitor"): TO reads the monitor series
-            found += monitor_nonfinite(self.watchpoints.values(), self.session, step)
+            found += monitor_nonfinite(wps, self.session, step)
         found += over_time
         self.hits = [h for h in self.hits if h.step != step or h.condition == "ODD_RANK"] + found
         self._warn_unchecked_selections()
@@ -293,7 +294,7 @@ class WatchManager:
 
     def recheck_temporal(self) -> list[HitRecord]:
         """Evaluate the watchpoints over time again over the whole kept history; replaces their hits."""
-        found = self.temporal.replay(self.watchpoints.values())
+        found = self.temporal.replay(list(self.watchpoints.values()))
         self.hits = [h for h in self.hits if not is_temporal(h.condition) or h.condition == "ODD_RANK"] + found
         return found
 
@@ -418,7 +419,7 @@ def resolve_nodes(graph: Any, nodes: str | Iterable[str]) -> frozenset[str]:
         if not any(c in p for c in "*?["):
             out.add(p)
             continue
-        found = {n for n in graph.nodes if fnmatch.fnmatchcase(n, p)}
+        found = {n for n in list(graph.nodes) if fnmatch.fnmatchcase(n, p)}  # the graph as of now
         if not found:
             raise ValueError(f"{p!r} matches none of the {len(graph.nodes)} nodes captured so far")
         out |= found
