@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import numpy as np
+import pytest
 
 from nbdebug.session.session import Session
 from nbdebug.session.stats import FIELDS, StatsTable
@@ -114,3 +115,95 @@ def test_timeline_read_while_steps_leave_the_window_has_each_step_once():
         assert values == [float(k) for k in steps]
 
     race(train, notebook, reads=300, writes=30_000)
+
+
+@pytest.mark.parametrize("on_host", [True, False], ids=["host-rows", "queued-rows"])
+def test_step_in_progress_read_while_training_records_it_is_one_moment_of_it(on_host):
+    """The statistics of the step in progress (what "current" shows while training runs: the panel, a remote
+    ``tensor`` request checking its value) read while the training thread records tensors and ends steps:
+    every row read is its own tensor's, of that step, and no row the reader did not finish is lost for the
+    step's table. ``queued-rows``: rows computed on the device and moved to the host when read (a GPU's;
+    here the same queue on the CPU), which a read on another thread moves too."""
+    import torch
+
+    from nbdebug.frameworks.torch.stats import StatsBuffer
+
+    per_step = 40
+    s = Session(framework="pytorch")
+
+    def new_buffer() -> StatsBuffer:
+        buf = StatsBuffer(capacity=4)  # grows while the step records
+        buf.fast = on_host
+        s.raw_source = buf.raw
+        return buf
+
+    state = {"buf": new_buffer()}
+
+    def train(i: int) -> None:
+        step, j = s.step_index, len(s.recorder.keys)
+        row, dtype, _ = state["buf"].add(torch.full((3,), float(step * 1000 + j)))
+        s.recorder.add((f"n{j}", "output.0"), row, dtype, (3,), 3)
+        if j + 1 == per_step:
+            s.end_step(state["buf"].raw())
+            state["buf"] = new_buffer()
+
+    def check(table: StatsTable, step: int) -> None:
+        assert len(table.keys) == len(table.dtypes) == len(table.shapes) == len(table.values) <= per_step
+        want = [step * 1000 + int(node[1:]) for node, _slot in table.keys]
+        assert table.values[:, FIELDS.index("max")].tolist() == want, step
+
+    def notebook() -> None:
+        step = s.step_index
+        check(s.table(step), step)
+        node = s.node_table("n3")  # what a remote tensor request checks its value against (the step then)
+        assert len(node.keys) == len(node.values) <= 1
+        if len(node.keys):
+            now = int(node.values[0, FIELDS.index("max")]) // 1000
+            assert now >= step and node.values[0, FIELDS.index("max")] == now * 1000 + 3
+        if step - 1 in s.steps:
+            check(s.steps[step - 1], step - 1)
+
+    race(train, notebook, reads=3_000)
+    for step, table in sorted(s.steps.items()):  # every finished step, read or not while it ran
+        check(table, step)
+
+
+def test_rows_queued_on_a_device_are_kept_when_another_thread_moves_them(monkeypatch):
+    """Rows computed on a device wait in a queue until read; a read on another thread (the step in progress
+    shown while training runs, or checked for a remote ``tensor`` request) moves the queue to the host while
+    the training thread queues more: a row queued during the move is not dropped with the queue (it kept
+    uninitialised memory as its statistics). The training thread queues its row exactly then: when the
+    reader starts the transfer."""
+    import torch
+
+    from nbdebug.frameworks.torch.stats import StatsBuffer
+
+    buf = StatsBuffer(capacity=4)
+    buf.fast = False  # every row queued, as on a GPU
+    buf._host[:] = -1.0
+    go, queued = threading.Event(), threading.Event()
+    stack, reader = torch.stack, threading.get_ident()
+
+    def transfer(*args: object, **kwargs: object) -> torch.Tensor:
+        if threading.get_ident() == reader and not go.is_set():
+            go.set()  # the reader is moving the queue: the training thread queues a row now
+            assert queued.wait(10)
+        return stack(*args, **kwargs)
+
+    def train() -> None:
+        assert go.wait(10)
+        buf.add(torch.full((3,), 4.0))
+        queued.set()
+
+    for k in range(3):
+        buf.add(torch.full((3,), float(k + 1)))
+    t = threading.Thread(target=train)
+    t.start()
+    monkeypatch.setattr(torch, "stack", transfer)
+    try:
+        buf.raw()
+    finally:
+        monkeypatch.setattr(torch, "stack", stack)
+        go.set()
+        t.join()
+    assert buf.raw()[:, 0].tolist() == [1.0, 2.0, 3.0, 4.0]

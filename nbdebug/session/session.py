@@ -42,15 +42,19 @@ class RawRows:
     def __init__(self, capacity: int = 1024) -> None:
         self._host = np.empty((max(1, capacity), RAW_WIDTH), dtype=np.float64)
         self._n = 0
+        #: taken when the matrix grows (not per row) and by a subclass writing rows that arrive later (rows
+        #: queued on a device, moved by a read on another thread): no row is written into a matrix being replaced
+        self._grow_lock = threading.Lock()
 
     def __len__(self) -> int:
         return self._n
 
     def _next_row(self) -> int:
         if self._n == self._host.shape[0]:
-            grown = np.empty((self._host.shape[0] * 2, RAW_WIDTH), dtype=np.float64)
-            grown[: self._n] = self._host[: self._n]
-            self._host = grown
+            with self._grow_lock:
+                grown = np.empty((self._host.shape[0] * 2, RAW_WIDTH), dtype=np.float64)
+                grown[: self._n] = self._host[: self._n]
+                self._host = grown
         row = self._n
         self._n += 1
         return row
@@ -204,7 +208,7 @@ class Session:
         self.before_read: Callable[[], None] | None = None
         #: graph file -> graph id of the kernel graphs captured (MindSpore GRAPH mode; empty otherwise)
         self.kernel_graphs: dict[str, int] = {}
-        self._partial: tuple[int, StatsTable] | None = None
+        self._partial: tuple[StepRecorder, int, StatsTable] | None = None  # the step in progress's, read last
         self._last_table: StatsTable | None = None  # the last finished step's (its key list is shared)
         self._listeners: dict[str, list[Callable[..., Any]]] = {}
 
@@ -288,29 +292,47 @@ class Session:
     def skip_step(self, reason: str) -> None:
         """Close the step in progress as one that ran but was not captured: it has no statistics table
         (it is not in :attr:`steps`), and reading it raises :class:`StatsNotRetainedError` with ``reason``."""
-        self.skipped[self.step_index] = reason
-        self.step_index += 1
-        self.recorder = StepRecorder()
-        self.order = 0
-        self._partial = None
+        with self.lock:
+            self.skipped[self.step_index] = reason
+            self.recorder = StepRecorder()
+            self.order = 0
+            self._partial = None
+            self.step_index += 1
 
-    def _build_table(self, raw: np.ndarray, final: bool = False) -> StatsTable:
+    def _in_progress(self) -> tuple[StepRecorder, Callable[[], np.ndarray] | None, int]:
+        """The step in progress as a reader on any thread may take it: its recorder and raw rows of one moment
+        (the training thread replaces both at a step end) and how many of its tensors are recorded in full
+        (``counts`` is appended last; a raw row is written before its tensor is recorded)."""
+        with self.lock:
+            rec, source = self.recorder, self.raw_source
+        return rec, source, len(rec.counts)
+
+    def _build_table(self, raw: np.ndarray, final: bool = False, rec: StepRecorder | None = None,
+                     n: int | None = None) -> StatsTable:
         """The table of the recorder's rows; ``final``: the step ends (the recorder's lists are taken over,
-        and a step with the same tensors as the last finished one shares its key list and index)."""
-        rec = self.recorder
+        and a step with the same tensors as the last finished one shares its key list and index); else the
+        first ``n`` tensors of ``rec`` (:meth:`_in_progress`: the training thread may record more meanwhile)."""
+        if final:
+            rec = self.recorder
+        elif rec is None or n is None:
+            rec, _source, n = self._in_progress()
+        if not final:
+            keys, rows, counts = rec.keys[:n], rec.rows[:n], rec.counts[:n]
+            values = raw_to_fields(raw[np.asarray(rows, dtype=np.intp)], np.asarray(counts, dtype=np.float64)) \
+                if keys else np.zeros((0, len(FIELDS)))
+            table = StatsTable.from_rows(keys, rec.dtypes[:n], rec.shapes[:n], values)
+            table.unsupported = {i: why for i, why in dict(rec.unsupported).items() if i < n}
+            return table
         if rec.keys:
             rows = np.asarray(rec.rows, dtype=np.intp)
             values = raw_to_fields(raw[rows], np.asarray(rec.counts, dtype=np.float64))
         else:
             values = np.zeros((0, len(FIELDS)))
-        if not final:
-            table = StatsTable.from_rows(rec.keys, rec.dtypes, rec.shapes, values)
-        else:
-            last = self._last_table
-            keys, index = (last.keys, last.index) if last is not None and rec.keys == last.keys else \
-                (rec.keys, rec.index)
-            table = StatsTable.taking(keys, index, rec.dtypes, rec.shapes, values)
-            self._last_table = table
+        last = self._last_table
+        keys, index = (last.keys, last.index) if last is not None and rec.keys == last.keys else \
+            (rec.keys, rec.index)
+        table = StatsTable.taking(keys, index, rec.dtypes, rec.shapes, values)
+        self._last_table = table
         table.unsupported = {i: why for i, why in rec.unsupported.items()}
         return table
 
@@ -322,11 +344,12 @@ class Session:
         if step in self.skipped:
             raise StatsNotRetainedError(self.skipped[step])
         if step == self.step_index:
-            n = len(self.recorder)
-            if self._partial is None or self._partial[0] != n:
-                raw = self.raw_source() if self.raw_source else np.zeros((0, 9))
-                self._partial = (n, self._build_table(raw))
-            return self._partial[1]
+            rec, source, n = self._in_progress()
+            partial = self._partial
+            if partial is None or partial[0] is not rec or partial[1] != n:
+                raw = source() if source else np.zeros((0, 9))
+                partial = self._partial = (rec, n, self._build_table(raw, rec=rec, n=n))
+            return partial[2]
         if step in self.history:
             raise StatsNotRetainedError(self._out_of_window(step))
         if isinstance(step, (int, np.integer)) and step < 0:
@@ -342,15 +365,16 @@ class Session:
 
     def node_table(self, node: str) -> StatsTable:
         """Statistics of ``node``'s tensors in the step in progress (cheap: only its rows)."""
-        rec = self.recorder
-        idx = rec.by_node.get(node, [])
-        raw = self.raw_source() if self.raw_source else np.zeros((0, 9))
+        rec, source, n = self._in_progress()  # of one moment: training may record on meanwhile
+        idx = [i for i in list(rec.by_node.get(node, ())) if i < n]
+        raw = source() if source else np.zeros((0, 9))
         rows = np.asarray([rec.rows[i] for i in idx], dtype=np.intp)
         counts = np.asarray([rec.counts[i] for i in idx], dtype=np.float64)
         values = raw_to_fields(raw[rows], counts) if len(idx) else np.zeros((0, len(FIELDS)))
         table = StatsTable.from_rows([rec.keys[i] for i in idx], [rec.dtypes[i] for i in idx],
                                      [rec.shapes[i] for i in idx], values)
-        table.unsupported = {j: rec.unsupported[i] for j, i in enumerate(idx) if i in rec.unsupported}
+        unsupported = dict(rec.unsupported)
+        table.unsupported = {j: unsupported[i] for j, i in enumerate(idx) if i in unsupported}
         return table
 
     def step_range(self) -> str:

@@ -173,16 +173,22 @@ class StatsBuffer(RawRows):
         return Seen(_weakref(t), version, row, name, why, tuple(t.shape), n, n * t.element_size())
 
     def raw(self) -> np.ndarray:
-        """All rows so far as a host array; device rows come over in one transfer per device."""
+        """All rows so far as a host array; device rows come over in one transfer per device.
+
+        Any thread may read (the notebook, the remote agent's) while the training thread queues more: the rows
+        queued when this starts are moved and then taken off the queue (not what was queued meanwhile), into
+        the matrix in use (under the lock its growth takes)."""
         if self._pending:
-            by_device: dict[torch.device, list[tuple[int, torch.Tensor]]] = {}
-            for row, vec in self._pending:
-                by_device.setdefault(vec.device, []).append((row, vec))
-            for items in by_device.values():
-                with _NO_TORCH_FUNCTION():
-                    host = torch.stack([v for _, v in items]).to("cpu", torch.float64).numpy()
-                self._host[[r for r, _ in items]] = host
-            self._pending.clear()
+            with self._grow_lock:
+                count = len(self._pending)
+                by_device: dict[torch.device, list[tuple[int, torch.Tensor]]] = {}
+                for row, vec in self._pending[:count]:
+                    by_device.setdefault(vec.device, []).append((row, vec))
+                for items in by_device.values():
+                    with _NO_TORCH_FUNCTION():
+                        host = torch.stack([v for _, v in items]).to("cpu", torch.float64).numpy()
+                    self._host[[r for r, _ in items]] = host
+                del self._pending[:count]
         return self._host[: self._n]
 
 
