@@ -207,3 +207,41 @@ def test_rows_queued_on_a_device_are_kept_when_another_thread_moves_them(monkeyp
         go.set()
         t.join()
     assert buf.raw()[:, 0].tolist() == [1.0, 2.0, 3.0, 4.0]
+
+
+def test_value_of_a_finished_step_read_while_the_next_one_starts_is_that_steps():
+    """A retained value asked for (a remote ``tensor`` request, the panel's tensor view) while the training
+    thread starts the next step, which moves the store's "current" values to "previous": the value of the step
+    asked for, or the reason it is no longer kept — never "not retained" for a value that is."""
+    from nbdebug.session.session import numpy_raw
+    from nbdebug.session.store import NotRetainedError
+
+    class Value:
+        def __init__(self, arr: np.ndarray) -> None:
+            self.arr, self.nbytes = arr, arr.nbytes
+
+        def numpy(self) -> np.ndarray:
+            return self.arr
+
+    s = Session(framework="numpy")
+    key = ("n", "output.0")
+
+    def train(i: int) -> None:
+        s.node("n", kind="op", op_type="relu")  # the step's first node: the store rotates
+        arr = np.full(3, float(s.step_index))
+        s.store.offer(key, Value(arr))
+        s.recorder.add(key, 0, "float64", (3,), 3)
+        s.end_step(numpy_raw(arr)[None, :])
+
+    train(0)
+
+    def notebook() -> None:
+        step = s.step_index - 1
+        try:
+            got = s.tensor("n", "output.0", step)
+        except NotRetainedError as e:  # only when two steps ended since (a slow reader)
+            assert "are kept for the current" in str(e), str(e)
+        else:
+            assert got.tolist() == [float(step)] * 3
+
+    race(train, notebook, reads=20_000)

@@ -247,12 +247,13 @@ class Session:
         node's, the name now stands for another op — the node takes the new scope and stack, and the
         step is noted in ``node.moved``."""
         if self.store_step != self.step_index:
-            if self.live:  # training records again: a step chosen to look at (goto) gives way to it
-                self.chosen_step = None
-            self.store.rotate()
-            if self.store_step != self.step_index - 1:  # a step without values in between
+            with self.lock:  # once a step: a reader takes the store's step and its values together (tensor)
+                if self.live:  # training records again: a step chosen to look at (goto) gives way to it
+                    self.chosen_step = None
                 self.store.rotate()
-            self.store_step = self.step_index
+                if self.store_step != self.step_index - 1:  # a step without values in between
+                    self.store.rotate()
+                self.store_step = self.step_index
         node = self.graph.nodes.get(name)
         if node is None:
             node = self.graph.add_node(name, kind=kind, op_type=op_type, scope=scope, section=section,
@@ -474,6 +475,14 @@ class Session:
         idx = self._step_of(key, step)
         if idx in self.skipped:
             raise NotRetainedError(f"{node} {slot}: {self.skipped[idx]}")
+        with self.lock:  # the store's step and its values of one moment (training starts a step meanwhile)
+            arr = self._retained(key, idx)
+        self._verify(key, idx, arr)
+        return arr
+
+    def _retained(self, key: tuple[str, str], idx: int) -> np.ndarray:
+        """The value of ``key`` kept for step ``idx`` (the current or previous step), else why not."""
+        node, slot = key
         if idx == self.store_step:
             which = "current"
         elif idx == self.store_step - 1:
@@ -483,7 +492,7 @@ class Session:
                 f"{node} {slot}: values are kept for the current ({self.store_step}) and previous step "
                 f"only; step {idx} has statistics but no retained value")
         try:
-            arr = self.store.get(key, which)
+            return self.store.get(key, which)
         except NotRetainedError:
             store = self.store
             if store.reason(key, which) is None and self.graph.nodes[node].section == "optimizer" and \
@@ -494,8 +503,6 @@ class Session:
                     "are the Parameter nodes'; keep(node) or a value watchpoint on it keeps its values from "
                     "its next execution") from None
             raise
-        self._verify(key, idx, arr)
-        return arr
 
     def _verify(self, key: tuple[str, str], idx: int, arr: np.ndarray) -> None:
         """Refuse a retained value that is no longer the one its statistics describe.
