@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import fnmatch
 import itertools
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -164,6 +165,10 @@ class WatchManager:
         self._unchecked_selection: set[int] = set()
         #: the watchpoints over time (SPIKE, DRIFT, STALL): rolling state per watchpoint, the bands of their hits
         self.temporal = TemporalEngine(session)
+        #: one evaluation at a time: the training thread checks each step it ends while another thread (the
+        #: notebook, the remote agent serving ``recheck``) may check a step again; each replaces hits in
+        #: :attr:`hits` (read, then written) and feeds the temporal state
+        self._lock = threading.RLock()
 
     # -- editing ----------------------------------------------------------------------------------
     def watch(self, condition: str, nodes: str | Iterable[str] | None = None, *, target: Target | None = None,
@@ -246,12 +251,14 @@ class WatchManager:
 
     def delete(self, wp: int | Watchpoint) -> None:
         w = self.get(wp)
-        del self.watchpoints[w.id]
-        self.hits = [h for h in self.hits if h.watchpoint != w.id]
+        with self._lock:
+            del self.watchpoints[w.id]
+            self.hits = [h for h in self.hits if h.watchpoint != w.id]
 
     def clear(self) -> None:
-        self.watchpoints.clear()
-        self.hits.clear()
+        with self._lock:
+            self.watchpoints.clear()
+            self.hits.clear()
 
     def selected_nodes(self, wp: int | Watchpoint) -> list[str]:
         w = self.get(wp)
@@ -277,6 +284,10 @@ class WatchManager:
 
     def check(self, step: int) -> list[HitRecord]:
         """Evaluate every enabled watchpoint on ``step``; replaces that step's hits; returns them."""
+        with self._lock:
+            return self._check(step)
+
+    def _check(self, step: int) -> list[HitRecord]:
         self.pin_values()
         wps = list(self.watchpoints.values())  # as of now: another thread may set or delete one meanwhile
         over_time = self.temporal.check(wps, step)
@@ -294,17 +305,21 @@ class WatchManager:
 
     def recheck_temporal(self) -> list[HitRecord]:
         """Evaluate the watchpoints over time again over the whole kept history; replaces their hits."""
-        found = self.temporal.replay(list(self.watchpoints.values()))
-        self.hits = [h for h in self.hits if not is_temporal(h.condition) or h.condition == "ODD_RANK"] + found
+        with self._lock:
+            found = self.temporal.replay(list(self.watchpoints.values()))
+            self.hits = [h for h in self.hits if not is_temporal(h.condition) or h.condition == "ODD_RANK"] + found
         return found
 
     def check_node(self, node: Any, step: int) -> list[HitRecord]:
         """Evaluate the watchpoints selecting ``node`` on its tensors only (check="node")."""
         table = self.session.node_table(node.name)
         found = self._evaluate(step, table, {node.name})
-        known = {(h.watchpoint, h.node, h.slot, h.step) for h in self.hits}
-        new = [h for h in found if (h.watchpoint, h.node, h.slot, h.step) not in known]
-        self.hits.extend(new)
+        if not found:
+            return []
+        with self._lock:  # only when something fired (check="node" evaluates at every node)
+            known = {(h.watchpoint, h.node, h.slot, h.step) for h in self.hits}
+            new = [h for h in found if (h.watchpoint, h.node, h.slot, h.step) not in known]
+            self.hits.extend(new)
         return new
 
     def _evaluate(self, step: int, table: StatsTable, only: set[str] | None) -> list[HitRecord]:
