@@ -276,3 +276,22 @@ def test_recheck_from_another_thread_while_training_checks_its_steps_loses_no_hi
     race(train, notebook, reads=3_000, writes=3_000)
     hit_steps = sorted(h.step for h in wm.hits if h.hits and (h.node, h.slot) == key)
     assert hit_steps == list(range(s.step_index))
+
+
+def test_timeline_series_names_read_while_training_adds_modules():
+    """The run timeline lists the modules (the panel, on the kernel's thread) while training — a ``dbg.run()``
+    worker, or the listener applying a remote process's graph — adds module nodes."""
+    from nbdebug.ui.timeline import RunSeries
+
+    s = Session(framework="numpy")
+    for i in range(300):
+        s.graph.add_node(f"Module.layer{i}.Linear.forward.0", kind="module", op_type="Linear")
+    series = RunSeries(s)
+
+    def train(i: int) -> None:
+        s.graph.add_node(f"Module.extra{i}.Linear.forward.0", kind="module", op_type="Linear")
+
+    def notebook() -> None:
+        assert len(series.names("norm")) >= 300
+
+    race(train, notebook, reads=100, writes=5_000)

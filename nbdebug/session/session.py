@@ -452,9 +452,10 @@ class Session:
         self._check_key(node, slot)
         with self.lock:  # the window of one moment (training moves its oldest step to the history meanwhile)
             window = dict(self.steps)
-        past = self.history.series(key, field)  # holds every step that left the window before that moment
-        steps = [k for k in past[0] if k not in window]
-        vals = [v for k, v in zip(*past, strict=True) if k not in window]
+            end = min(window) if window else self.step_index
+        past = self.history.series(key, field)  # every step that left the window before then, and later ones
+        steps = [k for k in past[0] if k < end]
+        vals = [v for k, v in zip(*past, strict=True) if k < end]
         for idx in sorted(window):
             table = window[idx]
             i = table.index.get(key)

@@ -76,7 +76,7 @@ class RunSeries:
         if self.is_monitor(field):
             mon = self.monitor
             return mon.names(field) if mon is not None else []
-        nodes = self.session.graph.nodes.values()
+        nodes = list(self.session.graph.nodes.values())  # as of now: training may add nodes meanwhile
         mods = sorted((n for n in nodes if n.kind == "module" and n.section == "forward"
                        and series_path(n.name) is not None), key=lambda n: n.order)
         return [n.name for n in mods]
