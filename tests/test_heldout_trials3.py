@@ -141,3 +141,56 @@ def test_an_absent_value_is_still_skipped_over_time():
         s.monitor.record(step, keys, np.array([loss, 1.0]), present)
         hits += wm.temporal.check(wm.watchpoints.values(), step)
     assert [(h.step, h.slot) for h in hits] == [(17, "loss")]
+
+
+def _run_script(folder):
+    """``repro.py`` run in this process as ``python repro.py`` would (exit status, printed lines, its globals)."""
+    import contextlib
+    import io
+    import os
+
+    path = os.path.join(folder, "repro.py")
+    with open(path) as f:
+        code = compile(f.read(), path, "exec")
+    g: dict = {"__file__": path, "__name__": "__main__"}
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        try:
+            exec(code, g)
+            status = 0
+        except SystemExit as e:
+            status = e.code
+    return status, out.getvalue(), g
+
+
+def test_save_repro_binds_a_submodule_and_a_parameter_the_step_names(tmp_path):
+    """A step naming a part of the model (``emb = model.get_input_embeddings()``, ``w = model.lm_head.weight``)
+    was refused by save_repro ("a Embedding the script cannot rebuild"); the script reaches them through the
+    model it rebuilds (``model.get_submodule``/``get_parameter``) and recomputes the step bitwise — loss and
+    the weights the step left."""
+    model = _qwen2()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    emb, w = model.get_input_embeddings(), model.lm_head.weight
+    dbg = nbdebug.Debugger(model, level="L0")
+
+    @dbg.step_fn
+    def train_step(ids):
+        opt.zero_grad()
+        loss = model(inputs_embeds=emb(ids), labels=ids).loss + 1e-3 * w.pow(2).sum()
+        loss.backward()
+        opt.step()
+        return loss
+
+    try:
+        for ids in _batches(2):
+            train_step(ids)
+        folder = dbg.save_repro(tmp_path / "r", 1)
+        script = (tmp_path / "r" / "repro.py").read_text()
+        assert "emb = model.get_submodule('model.embed_tokens')" in script
+        assert "w = model.get_parameter('lm_head.weight')" in script
+        status, printed, g = _run_script(folder)
+        assert status == 0 and "bitwise identical" in printed, printed
+        after = g["model"].state_dict()
+        assert all(torch.equal(v, after[k]) for k, v in model.state_dict().items())
+    finally:
+        dbg.close()

@@ -233,10 +233,24 @@ def bindings(fn: Any, model: Any, objects: dict[str, list[Any]]) -> list[str]:
             lines.append(f"from {v.__module__} import {v.__qualname__} as {name}")
         elif v is None or isinstance(v, (bool, int, str)) or isinstance(v, float) and np.isfinite(v):
             lines.append(f"{name} = {v!r}")
+        elif (part := _part_of(model, v)) is not None:
+            lines.append(f"{name} = {part}")
         elif not hasattr(builtins, name) and not isinstance(v, types.BuiltinFunctionType):
             raise ReproUnsupported(f"the step function uses {name!r}, a {type(v).__name__} the script cannot "
                                    f"rebuild: pass it as an argument of the step, or make it a module-level name")
     return lines
+
+
+def _part_of(model: Any, v: Any) -> str | None:
+    """How the script reaches ``v`` when it is a submodule or a parameter of the model (a step that uses
+    ``emb = model.get_input_embeddings()`` or ``head = model.lm_head``), else None."""
+    if isinstance(v, torch.nn.Parameter):
+        found = next((n for n, p in model.named_parameters() if p is v), None)
+        return None if found is None else f"model.get_parameter({found!r})"
+    if isinstance(v, torch.nn.Module):
+        found = next((n for n, m in model.named_modules() if m is v and n), None)
+        return None if found is None else f"model.get_submodule({found!r})"
+    return None
 
 
 def _kind_of(v: Any) -> str | None:
