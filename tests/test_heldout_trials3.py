@@ -13,7 +13,23 @@ step k). Each defect they showed is tested on the smallest set-up that shows it:
   gives them now;
 - a NaN the model computed (a NaN loss, the NaN gradient norm of a step a ``GradScaler`` skips) was taken by
   SPIKE and DRIFT for an absent value and fired nothing, where an Inf fired both. It fires them now (and ends
-  a STALL); absent values are still skipped.
+  a STALL); absent values are still skipped;
+- a step naming a part of the model (``emb = model.get_input_embeddings()``) was refused by ``save_repro``;
+  the script reaches it through the model it rebuilds now;
+- a ``torch.Generator`` of the step's own (input noise, dropout with ``generator=``) is outside the kept
+  state, so the replay is not bitwise (it says so); but it drew from the live generator, so the live run
+  after a replay differed from one without. A replay puts the generators the step function reaches back;
+- ``save_repro`` took ``nn.Sequential`` for a class its script builds with no argument: the script built an
+  empty one and died on a ``KeyError``. It asks for a factory now, and a script whose rebuilt model lacks the
+  saved parameters says so.
+
+What held (no test of its own here): replay from L0 at L0 and mix bitwise on the twelve models above with
+dropout on (the same keys at the same level), the live run bitwise unchanged by replays; from monitor at
+monitor, mix and L1; monitor series equal to values recomputed by hooks of our own under accumulation over
+4 micro-batches, clipping, a scheduler and ``zero_grad(set_to_none=False)``; ``save_repro`` bitwise in a fresh
+process on GPT-J, Mixtral, Whisper, CLIP, XLNet, Funnel and Swin (clipping and a scheduler) and on a
+GradScaler step; a temporal hit replayed by ``on_hit="replay"``; the timeline's columns exact over the
+full-resolution steps, a folded spike kept in its block.
 """
 
 from __future__ import annotations
@@ -23,7 +39,9 @@ import pytest
 import torch
 
 import nbdebug
+from nbdebug.frameworks.torch.repro import ReproUnsupported
 from nbdebug.replay.replayer import MEASURED
+from nbdebug.replay.result import ReplayMismatch
 
 VOCAB = 64
 
@@ -192,5 +210,92 @@ def test_save_repro_binds_a_submodule_and_a_parameter_the_step_names(tmp_path):
         assert status == 0 and "bitwise identical" in printed, printed
         after = g["model"].state_dict()
         assert all(torch.equal(v, after[k]) for k, v in model.state_dict().items())
+    finally:
+        dbg.close()
+
+
+class SmallNet(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1, self.fc2 = torch.nn.Linear(4, 8), torch.nn.Linear(8, 1)
+
+    def forward(self, x):
+        return self.fc2(torch.tanh(self.fc1(x)))
+
+
+def _noisy_run(replay_at=None, tmp_path=None):
+    """A step drawing input noise from a ``torch.Generator`` of its own (``generator=``); with ``replay_at``,
+    that step is replayed (at mix and L0) after it ran, and handed over by save_repro."""
+    torch.manual_seed(0)
+    model = SmallNet()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    gen = torch.Generator().manual_seed(3)
+    dbg = nbdebug.Debugger(model, level="L0")
+
+    @dbg.step_fn
+    def train_step(x):
+        opt.zero_grad()
+        loss = model(x + 0.1 * torch.randn(x.shape, generator=gen)).pow(2).mean()
+        loss.backward()
+        opt.step()
+        return loss
+
+    losses, replays = [], []
+    try:
+        for s in range(4):
+            losses.append(train_step(torch.ones(5, 4)).detach())
+            if s == replay_at:
+                state = gen.get_state()
+                with pytest.warns(ReplayMismatch):
+                    replays += [dbg.replay(s, level=lv) for lv in ("mix", "L0")]
+                assert torch.equal(gen.get_state(), state)  # the live generator is where the live step left it
+                if tmp_path is not None:
+                    with pytest.raises(ReproUnsupported, match="'gen', a Generator the script cannot rebuild"), \
+                            pytest.warns(ReplayMismatch):  # save_repro replays the step first
+                        dbg.save_repro(tmp_path / "r", s)
+                    assert not (tmp_path / "r").exists()
+    finally:
+        dbg.close()
+    return losses, replays, model
+
+
+def test_a_replay_leaves_the_steps_own_generator_where_the_live_run_left_it(tmp_path):
+    """A ``torch.Generator`` of the step's own is outside the kept state (README: such a step does not replay
+    bitwise, and the replay says so), but the replay drew its noise from the live generator and left it
+    advanced: the live run after a replay differed from one without. A replay puts the live state of the
+    generators the step function reaches back now; save_repro still refuses such a step, with the reason."""
+    want, _, plain = _noisy_run()
+    got, replays, model = _noisy_run(replay_at=1, tmp_path=tmp_path)
+    assert [r.bitwise for r in replays] == [False, False]
+    assert all("generator" in r.reason for r in replays)
+    assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), plain.state_dict().values(),
+                                                     strict=True))
+
+
+def test_save_repro_refuses_a_sequential_it_would_rebuild_empty(tmp_path):
+    """``nn.Sequential()`` takes no required argument, so save_repro took it for a class the script builds by
+    itself: the script built an empty Sequential and failed with a ``KeyError``. It asks for a factory now,
+    and a script whose rebuilt model lacks the saved parameters says so."""
+    model = torch.nn.Sequential(torch.nn.Linear(4, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    dbg = nbdebug.Debugger(model, level="L0")
+
+    @dbg.step_fn
+    def train_step(x):
+        opt.zero_grad()
+        loss = model(x).sum()
+        loss.backward()
+        opt.step()
+        return loss
+
+    try:
+        train_step(torch.ones(2, 4))
+        with pytest.raises(ReproUnsupported, match="cannot build a Sequential by itself"):
+            dbg.save_repro(tmp_path / "seq", 0)
+        assert not (tmp_path / "seq").exists()  # a refusal leaves no folder behind (a retry is not refused)
+        folder = dbg.save_repro(tmp_path / "small", 0, model_factory=f"{__name__}:SmallNet")  # the wrong model
+        status, _printed, _g = _run_script(folder)
+        assert "the rebuilt model's parameters are not the saved ones" in str(status) and "'0.weight'" in str(status)
     finally:
         dbg.close()

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shutil
 from typing import Any
 
 import numpy as np
@@ -145,13 +146,20 @@ def save_repro(dbg: Any, path: Any, step: Any = "last", node: str | None = None,
             raise ValueError(f"{node} is not an op call whose arguments can be saved (a module or backward node): "
                              f"name a Functional/Torch/Tensor op of the step")
         args, kwargs = as_called(replayed, node, call, rs)
+    made = not os.path.exists(folder)
     os.makedirs(folder, exist_ok=True)
-    if node is not None:
-        out = fw.save_op(folder, node, (args, kwargs), call["out"], header)
-    else:
-        expected = kept.outputs[0] if kept.outputs else None
-        more = {"after": left} if after_step is not None else {}
-        out = fw.save_step(folder, model, kept.state, kept.fn, kept.objects, expected, model_factory, header, **more)
+    try:
+        if node is not None:
+            out = fw.save_op(folder, node, (args, kwargs), call["out"], header)
+        else:
+            expected = kept.outputs[0] if kept.outputs else None
+            more = {"after": left} if after_step is not None else {}
+            out = fw.save_step(folder, model, kept.state, kept.fn, kept.objects, expected, model_factory, header,
+                               **more)
+    except BaseException:  # refused (a name the script cannot rebuild…): nothing left behind
+        if made:
+            shutil.rmtree(folder, ignore_errors=True)
+        raise
     manifest = dict(out["manifest"], step=kept.step, framework=dbg.backend.name, framework_version=version,
                     nbdebug=_version(), python=platform.python_version(), numpy=np.__version__,
                     bitwise_replay=replayed.bitwise)

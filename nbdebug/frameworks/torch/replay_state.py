@@ -57,6 +57,8 @@ def _unwrap_optimizer(opt: Any) -> Any:
 def _kind(value: Any) -> str | None:
     if isinstance(value, (torch.nn.Module, torch.Tensor, type, types.ModuleType)):
         return None
+    if isinstance(value, torch.Generator):  # a generator of the user's own (dropout/sampling with generator=)
+        return "generators"
     inner = getattr(value, "optimizer", None)
     if isinstance(inner, torch.optim.Optimizer) and hasattr(value, "get_last_lr"):
         return "schedulers"
@@ -71,14 +73,15 @@ def find_objects(fn: Callable, model: Any, **given: Any) -> dict[str, list[Any]]
     """Optimizers, ``GradScaler`` s and LR schedulers the step function ``fn`` reaches through its closure
     or the globals it names; ``given`` (``optimizers=``, ``scalers=``, ``schedulers=``, one object or a
     list) replaces what is found."""
-    found: dict[str, list[Any]] = {"optimizers": [], "scalers": [], "schedulers": []}
+    found: dict[str, list[Any]] = {"optimizers": [], "scalers": [], "schedulers": [], "generators": []}
     for v in reachable_values(fn):
         kind = _kind(v)
         if kind is not None and not any(v is o for o in found[kind]):
             found[kind].append(v)
     for kind, objs in given.items():
         if kind not in found:
-            raise TypeError(f"step_fn: unknown keyword {kind!r}; use optimizers=, scalers= or schedulers=")
+            raise TypeError(f"step_fn: unknown keyword {kind!r}; use optimizers=, scalers=, schedulers= or "
+                            f"generators=")
         if objs is not None:
             found[kind] = list(objs) if isinstance(objs, (list, tuple)) else [objs]
     found["optimizers"] = [_unwrap_optimizer(o) for o in found["optimizers"]]
@@ -201,6 +204,9 @@ class StepState:
         self.optimizers: list[tuple[Any, dict, list[dict]]] = []  # (optimizer, state by param index, groups)
         self.scalers: list[tuple[Any, dict[str, Any]]] = []
         self.schedulers: list[tuple[Any, dict]] = []
+        #: the step function's own ``torch.Generator`` s: not kept (a replay draws other numbers, and says so),
+        #: but a replay puts their live state back
+        self.generators: list[Any] = []
         self.training: list[bool] = []
         self.rng: dict[str, Any] = {}
         self.args: tuple = ()
@@ -250,6 +256,7 @@ class StepState:
             for sched, sd in self.schedulers:
                 live.schedulers.append((sched, _cloned(sched.state_dict())))
                 sched.load_state_dict(_cloned(sd))
+            live.generators = [(gen, gen.get_state()) for gen in self.generators]
             set_rng_state(self.rng)
         except BaseException:
             live.restore()
@@ -299,6 +306,7 @@ class Live:
         self.optimizers: list[tuple[Any, Any, list[tuple[dict, dict]]]] = []
         self.scalers: list[tuple[Any, dict[str, Any], Any]] = []
         self.schedulers: list[tuple[Any, dict]] = []
+        self.generators: list[tuple[Any, torch.Tensor]] = []
 
     def restore(self) -> None:
         """The live state exactly as before (the same storages, state objects and RNG states)."""
@@ -320,8 +328,10 @@ class Live:
                 sc.__dict__["update"] = update
         for sched, sd in self.schedulers:
             sched.load_state_dict(sd)
+        for gen, st in self.generators:
+            gen.set_state(st)
         set_rng_state(self.rng)
-        self.data, self.optimizers, self.scalers, self.schedulers = [], [], [], []
+        self.data, self.optimizers, self.scalers, self.schedulers, self.generators = [], [], [], [], []
 
 
 def planned_bytes(model: Any, objects: Mapping[str, list[Any]]) -> int:
@@ -369,6 +379,7 @@ def keep(model: Any, objects: Mapping[str, list[Any]], args: tuple, kwargs: dict
             s.scalers.append((sc, attrs))
         for sched in objects.get("schedulers", ()):
             s.schedulers.append((sched, _cloned(sched.state_dict())))
+        s.generators = list(objects.get("generators", ()))
         cp.flush()
         s.rng = rng_state()
         s.args = _walk(args, lambda p, t: clone_tensor(t), "args", s.problems)

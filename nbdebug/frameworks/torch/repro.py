@@ -201,7 +201,9 @@ def model_recipe(model: Any, factory: str | None) -> dict[str, Any]:
     config = getattr(model, "config", None)
     if config is not None and hasattr(config, "to_dict") and hasattr(cls, "config_class"):
         return {"hf": [cls.__module__, cls.__qualname__], "config": json.loads(config.to_json_string())}
-    if cls.__module__ != "__main__" and "<locals>" not in cls.__qualname__:
+    # torch's containers (Sequential, ModuleList, ModuleDict…) take their contents as arguments: built with none
+    # they are empty
+    if cls.__module__ not in ("__main__", "torch.nn.modules.container") and "<locals>" not in cls.__qualname__:
         params = list(inspect.signature(cls.__init__).parameters.values())[1:]
         if all(p.default is not p.empty or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params):
             return {"class": [cls.__module__, cls.__qualname__]}
@@ -220,7 +222,8 @@ def bindings(fn: Any, model: Any, objects: dict[str, list[Any]]) -> list[str]:
         if v is model:
             lines.append(f"{name} = model")
             continue
-        found = next((f"{kind}[{i}]" for kind, objs in objects.items() for i, o in enumerate(objs) if o is v),
+        found = next((f"{kind}[{i}]" for kind, objs in objects.items() if kind != "generators"
+                      for i, o in enumerate(objs) if o is v),
                      None)  # the object itself first: a scheduler's .optimizer is an optimizer too
         found = found or next((f"optimizers[{i}]" for i, o in enumerate(objects.get("optimizers", []))
                                if getattr(v, "optimizer", None) is o and _kind_of(v) == "optimizers"), None)
@@ -340,6 +343,11 @@ def build_model():
 model = build_model()
 S = M["state"]
 named = dict(model.named_parameters())
+saved = {k[len("param/"):] for k in T if k.startswith("param/")}
+if saved != set(named):
+    sys.exit("the rebuilt model's parameters are not the saved ones (missing: {}; not saved: {}): save again with "
+             "save_repro(..., model_factory='module:function')".format(sorted(saved - set(named))[:3],
+                                                                      sorted(set(named) - saved)[:3]))
 with torch.no_grad():
     for n, p in named.items():
         p.data = T["param/" + n].clone()
