@@ -116,16 +116,20 @@ _SYMBOLS = {"+": "add", "-": "sub", "*": "mul", "/": "truediv", "//": "floordiv"
             "@": "matmul", "&": "and", "|": "or", "^": "xor", "<<": "lshift", ">>": "rshift",
             "<": "lt", "<=": "le", "==": "eq", "!=": "ne", ">": "gt", ">=": "ge"}
 _UNARY = {"UNARY_NEGATIVE": "neg", "UNARY_INVERT": "invert", "UNARY_POSITIVE": "pos"}
-_OPERATOR_SITES: dict[tuple[Any, int], str | None] = {}
+#: (id(code), offset) -> (code, operator or None). Keyed by the code object's id, not the object: hashing a
+#: code object hashes its constants (nested functions' code too) on every lookup, the per-op hot path;
+#: the entry holds the code object, so its id is not reused while the entry exists.
+_OPERATOR_SITES: dict[tuple[int, int], tuple[Any, str | None]] = {}
 
 
 def _operator_at(code: Any, lasti: int) -> str | None:
     """The Python operator a bytecode instruction applies (``+`` -> ``add``, ``+=`` -> ``iadd``), if any.
 
     ``x + y`` reaches the mode as ``Tensor.add``; msProbe names it ``Tensor.__add__``. Cached per site."""
-    key = (code, lasti)
-    if key in _OPERATOR_SITES:
-        return _OPERATOR_SITES[key]
+    key = (id(code), lasti)
+    hit = _OPERATOR_SITES.get(key)
+    if hit is not None and hit[0] is code:
+        return hit[1]
     name = None
     for ins in dis.get_instructions(code):
         if ins.offset == lasti:
@@ -138,11 +142,11 @@ def _operator_at(code: Any, lasti: int) -> str | None:
             else:
                 name = _UNARY.get(ins.opname)
             break
-    _OPERATOR_SITES[key] = name
+    _OPERATOR_SITES[key] = (code, name)
     return name
 
 
-_REFLECTED_SITES: dict[tuple[Any, int], Any] = {}
+_REFLECTED_SITES: dict[tuple[int, int], tuple[Any, bool]] = {}  # as _OPERATOR_SITES
 _LOADS = ("LOAD_FAST", "LOAD_DEREF", "LOAD_GLOBAL", "LOAD_NAME", "LOAD_CLASSDEREF")
 
 
@@ -175,10 +179,11 @@ def _reflected_at(frame: Any) -> bool:
     """Whether the binary operator running in ``frame`` — a tensor and a Python scalar — has the scalar on
     its left (``0.5 * h``, ``math.sqrt(2) * h``: msProbe's ``Tensor.__rmul__``). Decided once per call
     site from the bytecode: the left operand is the tensor if it reads a variable holding a tensor."""
-    key = (frame.f_code, frame.f_lasti)
+    code = frame.f_code
+    key = (id(code), frame.f_lasti)
     hit = _REFLECTED_SITES.get(key)
-    if hit is not None:
-        return hit
+    if hit is not None and hit[0] is code:
+        return hit[1]
     left = _left_operand(frame.f_code, frame.f_lasti)
     out = left is not None
     for i in left or ():
@@ -192,5 +197,5 @@ def _reflected_at(frame: Any) -> bool:
                 value = frame.f_locals.get(name)
             if isinstance(value, torch.Tensor):
                 out = False
-    _REFLECTED_SITES[key] = out
+    _REFLECTED_SITES[key] = (code, out)
     return out

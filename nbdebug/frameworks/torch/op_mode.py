@@ -26,7 +26,6 @@ __all__ = ["OpMode"]
 
 _autograd_node = torch._C._current_autograd_node  # not None while backward runs a node
 _TENSOR_BACKWARD = torch.Tensor.backward
-_UNSEEN = object()
 
 #: API -> whether a Tensor method's name depends on the Python operator at its call site (``x + y`` reaches
 #: the mode as ``Tensor.add``, msProbe names it ``Tensor.__add__``): decided once per API
@@ -69,9 +68,9 @@ class OpMode(TorchFunctionMode):
         if by_operator is None:
             by_operator = _NAMED_BY_OPERATOR[info] = info[0] in ("Tensor", "Tensor?") and not info[1].startswith("__")
         if by_operator:
-            op = _OPERATOR_SITES.get(site, _UNSEEN)
-            if op is _UNSEEN:
-                op = _operator_at(caller.f_code, caller.f_lasti)
+            code = site[0]
+            hit = _OPERATOR_SITES.get((id(code), site[1]))  # keyed by id: see op_calls._OPERATOR_SITES
+            op = hit[1] if hit is not None and hit[0] is code else _operator_at(code, site[1])
             if op is not None:
                 if op.startswith("i") and not info[1].endswith("_"):  # ``s += t``, s no tensor: Python ran
                     op = op[1:]  # t.__radd__(s) (or s.__add__(t)): no in-place op ran, msProbe's name too

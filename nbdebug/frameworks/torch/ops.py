@@ -119,6 +119,9 @@ def _no_version(t: torch.Tensor) -> int:
 _NATIVE = native_kernels(_no_version)
 
 
+_all_disabled = torch._C._is_torch_function_all_disabled  # inside DisableTorchFunction (no mode, no subclass)
+
+
 class TorchRef:
     """Retention handle: a reference (checked against in-place edits) or a private copy.
 
@@ -130,6 +133,12 @@ class TorchRef:
     def __init__(self, t: torch.Tensor, copy: bool, version: int | None = None, nbytes: int | None = None,
                  pool: CopyPool | None = None) -> None:
         self.pool = pool
+        self.overwritten_by: str | None = None
+        if version is not None and version >= 0 and nbytes is not None and not copy and _all_disabled():
+            # the capture's common case (a reference, made where no torch function runs): no second block
+            self.version, self.copied, self.nbytes = version, False, nbytes
+            self.tensor = t.detach()
+            return
         with torch._C.DisableTorchFunction():
             self.version = version_of(t) if version is None else version
             copy = copy or self.version < 0  # no version counter: in-place edits are invisible, keep a copy
@@ -139,7 +148,6 @@ class TorchRef:
             else:
                 self.tensor = t.detach()
             self.nbytes = t.numel() * t.element_size() if nbytes is None else nbytes
-        self.overwritten_by: str | None = None
 
     def snapshot(self) -> None:
         """Take a private copy now (called before an in-place op overwrites the value)."""
