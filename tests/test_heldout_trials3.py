@@ -299,3 +299,40 @@ def test_save_repro_refuses_a_sequential_it_would_rebuild_empty(tmp_path):
         assert "the rebuilt model's parameters are not the saved ones" in str(status) and "'0.weight'" in str(status)
     finally:
         dbg.close()
+
+
+class WithUnused(torch.nn.Module):
+    """A parameter the forward does not use (XLNet's ``seg_embed`` without token types): it gets no gradient,
+    and the optimizer leaves it as it is."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 2)
+        self.spare = torch.nn.Parameter(torch.ones(3))
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+@pytest.mark.parametrize("level", ["L0", "L1", "mix"])
+def test_a_parameter_the_step_does_not_use_has_its_weight_norm_at_every_level(level):
+    """At L0/L1/mix ``weight_norm`` came from the ``Parameter`` node only, which a parameter the forward does
+    not use has none of: no ``weight_norm`` and no ``update_ratio`` (0: the optimizer skips it) for it, where
+    the monitor level has both — and STALL on ``update_ratio`` (the recommended set) is there to find such a
+    parameter."""
+    rows = {}
+    for lv in ("monitor", level):
+        torch.manual_seed(0)
+        model = WithUnused()
+        opt = torch.optim.AdamW(model.parameters(), lr=0.1, weight_decay=0.5)
+        with nbdebug.Debugger(model, level=lv) as dbg:
+            for _ in range(2):
+                opt.zero_grad()
+                model(torch.ones(3, 4)).sum().backward()
+                opt.step()
+            rows[lv] = dbg.session.monitor.row(1)
+    want, got = rows["monitor"], rows[level]
+    assert set(want) == set(got), sorted(set(want) ^ set(got))
+    for f in ("weight_norm", "update_ratio"):
+        assert np.isclose(got[("Parameter.spare", f)], want[("Parameter.spare", f)], rtol=1e-6)
+    assert want[("Parameter.spare", "update_ratio")] == 0.0 and want[("Parameter.spare", "weight_norm")] > 1

@@ -9,11 +9,12 @@ What it measures, as 0-d tensors on the values' devices, moved to the host once 
   ``input.0``; a tensor hook only where the output needs a gradient). Forward hooks only, no pre-hooks.
 * per parameter (``Parameter.{name}``), around the model's optimizer's ``step()``: ``grad_norm`` (the
   gradient the optimizer uses: unscaled by a GradScaler), ``weight_norm`` (the weight the step started
-  from; at ``L0``/``L1``/``mix`` the ``Parameter`` node's statistics give it), ``update_norm`` (``|Δw|``: the
-  weights are copied into buffers kept from step to step before ``step()``, subtracted after it, one
-  ``_foreach`` pass each), and the optimizer's state: ``exp_avg_norm``, ``exp_avg_sq_norm`` (Adam, AdamW
-  …), ``momentum_norm`` (SGD's ``momentum_buffer``). A step without an optimizer step (an overflow
-  skipped by a GradScaler, manual updates) gets weight and gradient norms at its end.
+  from; at ``L0``/``L1``/``mix`` the ``Parameter`` node's statistics give it, and the probe measures only a
+  parameter the step did not use — XLNet's ``seg_embed`` without token types — which has no such node),
+  ``update_norm`` (``|Δw|``: the weights are copied into buffers kept from step to step before ``step()``,
+  subtracted after it, one ``_foreach`` pass each), and the optimizer's state: ``exp_avg_norm``,
+  ``exp_avg_sq_norm`` (Adam, AdamW …), ``momentum_norm`` (SGD's ``momentum_buffer``). A step without an
+  optimizer step (an overflow skipped by a GradScaler, manual updates) gets weight and gradient norms at its end.
 * ``Run``: ``loss`` — the value given to :meth:`note_loss` (``Debugger.record_loss``), else the loss given
   to ``GradScaler.scale()`` (unscaled: the loss as computed) under ``track_loss_scale``, else the model's
   own loss (a ``loss`` field of its output, or a scalar output), the last one of the step;
@@ -242,6 +243,10 @@ class TorchMonitor(KeyColumns):
             if self.weights:  # |w| of a native weight: its kernel's, summed as the weight left the last step
                 self._queue([slots.params[i] for i in other], [slots.weight[i] for i in other])
                 self._host.extend((slots.weight[i], math.sqrt(a[2])) for i, a in slots.after.items())
+            else:  # the statistics give |w| of the weights the step used (a Parameter node); not of the others
+                seen = getattr(self.adapter, "_param_seen", None)
+                unused = [] if seen is None else [i for i, p in enumerate(slots.params) if id(p) not in seen]
+                self._queue([slots.params[i] for i in unused], [slots.weight[i] for i in unused])
             self._measure(slots.params, slots.weight, slots.grad, weights=False)
             if rest:
                 torch._foreach_copy_([slots.bufs[i] for i in rest], [slots.params[i] for i in rest])
