@@ -377,3 +377,32 @@ def test_an_uninitialized_write_target_has_no_statistics_and_the_step_replays_bi
         assert dbg.replay(1, level="L1").bitwise
     finally:
         dbg.close()
+
+
+def test_save_repro_of_an_op_under_autocast_runs_it_under_autocast(tmp_path):
+    """An op of a bf16-autocast step (``F.linear`` of fp32 weights, computed in bf16) was called by its script
+    outside autocast: fp32 output (DIFFERS), or a dtype error where one argument was already bf16. The script
+    enters the autocast regions the op ran in (the manifest's ``autocast``)."""
+    torch.manual_seed(0)
+    model = SmallNet()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    dbg = nbdebug.Debugger(model, level="L0")
+
+    @dbg.step_fn
+    def train_step(x):
+        opt.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = model(x).float().pow(2).mean()
+        loss.backward()
+        opt.step()
+        return loss
+
+    try:
+        train_step(torch.randn(3, 4))
+        for i, node in enumerate(("Functional.linear.0.forward", "Functional.linear.1.forward")):
+            folder = dbg.save_repro(tmp_path / f"op{i}", 0, node=node)
+            status, printed, g = _run_script(folder)
+            assert status == 0 and "output bitwise identical" in printed, printed
+            assert g["M"]["autocast"] == [["cpu", "bfloat16"]] and g["out"].dtype == torch.bfloat16
+    finally:
+        dbg.close()

@@ -126,6 +126,9 @@ def save_repro(dbg: Any, path: Any, step: Any = "last", node: str | None = None,
         if n.name == node and c is not None and "args" not in call:
             a, k, _ = rs.keep_args(c[0], c[1] or {})
             call["args"], call["kwargs"] = a, k
+            context = getattr(rs, "op_context", None)  # the framework's context of the op (torch: autocast)
+            if context is not None:
+                call["context"] = context()
             call["out"] = rs.keep_args((c[2],), {})[0][0]
             call["written"] = written_slots(node, c)
 
@@ -150,7 +153,8 @@ def save_repro(dbg: Any, path: Any, step: Any = "last", node: str | None = None,
     os.makedirs(folder, exist_ok=True)
     try:
         if node is not None:
-            out = fw.save_op(folder, node, (args, kwargs), call["out"], header)
+            more = {"context": call["context"]} if "context" in call else {}
+            out = fw.save_op(folder, node, (args, kwargs), call["out"], header, **more)
         else:
             expected = kept.outputs[0] if kept.outputs else None
             more = {"after": left} if after_step is not None else {}

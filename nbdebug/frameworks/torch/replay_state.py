@@ -422,6 +422,22 @@ def describe(value: Any) -> str:
         return repr(v.item()) if v.numel() == 1 else f"tensor of shape {tuple(v.shape)}"
 
 
+def op_context() -> dict[str, Any]:
+    """What an op's result depends on besides its arguments, at the moment it runs: the autocast regions
+    around it (``{"autocast": [[device type, dtype name], …]}``; an op under ``torch.autocast`` computes in
+    the autocast dtype from arguments of another). ``save_repro(node=…)``'s script runs the op under them.
+
+    >>> with torch.autocast("cpu", dtype=torch.bfloat16):
+    ...     op_context()
+    {'autocast': [['cpu', 'bfloat16']]}
+    >>> op_context()
+    {}
+    """
+    found = [[dev, str(torch.get_autocast_dtype(dev)).replace("torch.", "")] for dev in ("cpu", "cuda")
+             if torch.is_autocast_enabled(dev)]
+    return {"autocast": found} if found else {}
+
+
 def keep_args(args: tuple, kwargs: dict) -> tuple[tuple, dict, list[str]]:
     """A later call's arguments within the same step (gradient accumulation): cloned, with problems."""
     problems: list[str] = []

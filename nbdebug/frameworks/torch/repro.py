@@ -161,9 +161,11 @@ def op_function(node: str) -> str:
     return f"{where}.{api}"
 
 
-def save_op(folder: str, node: str, call: tuple, out: Any, header: str) -> dict[str, Any]:
+def save_op(folder: str, node: str, call: tuple, out: Any, header: str,
+            context: dict[str, Any] | None = None) -> dict[str, Any]:
     """One op: its arguments and output to tensor files, and ``repro.py`` calling it and checking the
-    output bit for bit. ``call`` is ``(args, kwargs)`` as the op received them."""
+    output bit for bit. ``call`` is ``(args, kwargs)`` as the op received them; ``context`` what it ran under
+    (``replay_state.op_context``: the autocast regions, which the script enters around the call)."""
     func = op_function(node)
     tensors: dict[str, torch.Tensor] = {}
     args = encode(tuple(call[0]), tensors, "args")
@@ -171,12 +173,16 @@ def save_op(folder: str, node: str, call: tuple, out: Any, header: str) -> dict[
     expected = encode(out, tensors, "expected")
     index = write_tensors(folder, tensors)
     manifest = {"kind": "op", "node": node, "function": func, "args": args, "kwargs": kwargs, "expected": expected,
-                "tensors": index}
-    script = (f'"""{header}"""\nimport json\nimport os\nimport sys\n\nimport numpy as np\nimport torch\n' + _LOAD +
+                "tensors": index, "autocast": (context or {}).get("autocast", [])}
+    script = (f'"""{header}"""\nimport contextlib\nimport json\nimport os\nimport sys\n\nimport numpy as np\n'
+              'import torch\n' + _LOAD +
               _DECODE + _CHECK + f'''
 
 args, kwargs = decode(M["args"]), decode(M["kwargs"])
-with torch.no_grad():
+regions = contextlib.ExitStack()  # the autocast regions the op ran in
+for device, dtype in M.get("autocast", []):
+    regions.enter_context(torch.autocast(device, dtype=getattr(torch, dtype)))
+with torch.no_grad(), regions:
     out = {func}(*args, **kwargs)
 expected = decode(M["expected"])
 flat = out if isinstance(out, (tuple, list)) else (out,)
