@@ -295,3 +295,24 @@ def test_timeline_series_names_read_while_training_adds_modules():
         assert len(series.names("norm")) >= 300
 
     race(train, notebook, reads=100, writes=5_000)
+
+
+def test_graph_delta_taken_on_the_agents_thread_while_training_adds_slots():
+    """The agent sends the graph from its own thread (a ``state`` message after a command it served, e.g.
+    ``next_node``, or the sync after a reconnect) while the training thread, resumed, records new slots of a
+    node: the node's record is taken as of one moment."""
+    from nbdebug.remote.protocol import GraphDelta
+
+    s = Session(framework="numpy")
+    node = s.graph.add_node("Module.block.Block.forward.0", kind="module", op_type="Block")
+    for k in range(50):
+        node.shapes[f"output.{k}"] = (1,)
+
+    def train(i: int) -> None:
+        node.shapes[f"input.{i}"] = (i,)
+
+    def agent() -> None:
+        rec = GraphDelta().take(s.graph)["nodes"][0]
+        assert len(rec["shapes"]) >= 50
+
+    race(train, agent, reads=1_000, writes=2_000)

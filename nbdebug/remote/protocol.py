@@ -235,7 +235,8 @@ def read_table(head: Mapping[str, Any], frames: Sequence[Any], names: dict[int, 
 
 def node_record(node: Node) -> dict[str, Any]:
     return {"name": node.name, "kind": node.kind, "op_type": node.op_type, "scope": node.scope,
-            "section": node.section, "order": node.order, "shapes": {k: list(v) for k, v in node.shapes.items()},
+            "section": node.section, "order": node.order,  # dict(): as of now (training may add a slot meanwhile)
+            "shapes": {k: list(v) for k, v in dict(node.shapes).items()},
             "dtypes": dict(node.dtypes), "stack": list(node.stack), "pair": node.pair, "graph": node.graph,
             "moved": list(node.moved)}
 
