@@ -406,3 +406,26 @@ def test_save_repro_of_an_op_under_autocast_runs_it_under_autocast(tmp_path):
             assert g["M"]["autocast"] == [["cpu", "bfloat16"]] and g["out"].dtype == torch.bfloat16
     finally:
         dbg.close()
+
+
+def test_the_timeline_of_a_statistic_reads_a_model_outputs_first_field():
+    """The timeline's per-tensor fields (``norm`` …) read each forward module's ``output.0``: an HF model whose
+    ``Qwen2Model`` returns a ``ModelOutput`` (``output.last_hidden_state``) made the whole timeline raise a
+    ``KeyError`` when ``norm`` was picked. Its row is that slot's statistics now."""
+    from nbdebug.ui.timeline import RunSeries, Timeline
+
+    model = _qwen2()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    with nbdebug.Debugger(model, level="L0") as dbg:
+        for ids in _batches(3):
+            opt.zero_grad()
+            model(input_ids=ids, labels=ids).loss.backward()
+            opt.step()
+        tl = Timeline(dbg.session)
+        tl.set_field("norm")
+        msg, _bufs = tl.message()
+        assert msg["shape"] == [len(msg["rows"]), 3] and "empty" not in msg
+        node = "Module.model.Qwen2Model.forward.0"
+        steps, vmax, _vmin = RunSeries(dbg.session).series(node, "norm")
+        assert steps.tolist() == [0, 1, 2]
+        assert vmax.tolist() == [dbg.stats(node, "output.last_hidden_state", step=s)["norm"] for s in range(3)]

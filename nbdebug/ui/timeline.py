@@ -52,7 +52,7 @@ DEFAULTS = {"SPIKE": (50, 10.0), "DRIFT": (200, 6.0)}
 
 class RunSeries:
     """Every per-step series of one session: the monitor's (``session.monitor``) and, for the statistics of
-    the per-tensor history, each forward module's ``output.0``."""
+    the per-tensor history, each forward module's first output (``output.0``; a ``ModelOutput``'s first field)."""
 
     def __init__(self, session: Any) -> None:
         self.session = session
@@ -98,13 +98,22 @@ class RunSeries:
             _s, vmin = mon.series(name, field, "min")
             out = (steps, vmax, vmin if len(vmin) == len(vmax) else vmax)
         else:
-            steps_l, vals_l = self.session.timeline(name, "output.0", field)
+            steps_l, vals_l = self.session.timeline(name, self._first_output(name), field)
             steps, vals = np.asarray(steps_l, np.int64), np.asarray(vals_l, np.float64)
             out = (steps, vals, vals)
         if len(self._cache) > 4096:
             self._cache.clear()
         self._cache[key] = (ver, out)
         return out
+
+    def _first_output(self, name: str) -> str:
+        """A module node's first output slot: ``output.0``, or a ``ModelOutput``'s first field
+        (``output.last_hidden_state``), as the monitor's ``output_norm`` reads it."""
+        node = self.session.graph.nodes.get(name)
+        slots = list(node.shapes) if node is not None else []
+        if "output.0" in slots:
+            return "output.0"
+        return next((s for s in slots if s.startswith("output.")), "output.0")
 
     def folded_until(self, field: str) -> int | None:
         """The first full-resolution step of the monitor when some of its steps were folded into blocks."""
