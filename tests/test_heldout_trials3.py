@@ -129,6 +129,9 @@ def test_a_nonfinite_loss_fires_spike_and_drift_and_the_skipped_step_replays(poi
         wp = next(h for h in dbg.hits if h.condition == "SPIKE" and h.slot == "loss").watchpoint
         band = dbg.watchpoints.temporal.bands[(wp, "Run", "loss", 12)]
         assert band.since == 12 and band.n == 10 and np.isfinite(band.median)
+        # recheck() evaluates them again over the kept history (earlier rows of the monitor, not the last)
+        again = {(h.condition, h.slot, h.step) for h in dbg.recheck() if h.condition in ("SPIKE", "DRIFT")}
+        assert again == {(c, f, 12) for c, f in temporal}
         assert dbg.replay_steps == [12, 13]
         for step, level in ((12, "monitor"), (12, "mix"), (13, "mix")):
             r = dbg.replay(step, level=level)
