@@ -316,3 +316,26 @@ def test_graph_delta_taken_on_the_agents_thread_while_training_adds_slots():
         assert len(rec["shapes"]) >= 50
 
     race(train, agent, reads=1_000, writes=2_000)
+
+
+def test_notable_step_summary_is_readable_at_every_moment_of_its_move_aside():
+    """Summary mode (many ranks): the listener's thread keeps a rank's latest summaries and moves older notable
+    ones (a hit, a non-finite origin) aside while the job reads them on the kernel's thread: a notable step is
+    in one place or the other at every moment (the first non-finite rank is not lost for a read). The read is
+    made at the moment the move happens (the job reading then)."""
+    from nbdebug.remote.source import SUMMARIES_KEPT, RemoteSource
+
+    src = RemoteSource(None, b"rank0", {"rank": 0})
+    readable: list[bool] = []
+
+    class ReadWhenMoved(dict):
+        def __setitem__(self, step: int, summary: object) -> None:
+            readable.append(src.step_summary(step) is not None)  # a read on the job's thread, just now
+            super().__setitem__(step, summary)
+
+    src._notable = ReadWhenMoved()
+    for step in range(SUMMARIES_KEPT + 5):
+        src._put_summary({"rank": 0, "step": step, "tensors": 1, "nonfinite_tensors": 0, "nonfinite_values": 0,
+                          "hits": 1}, step)
+    assert readable == [True] * 5
+    assert [src.step_summary(k) is not None for k in range(SUMMARIES_KEPT + 5)] == [True] * (SUMMARIES_KEPT + 5)

@@ -182,11 +182,12 @@ class RemoteSource(Reader):
         self._summaries[step] = summary
         while len(self._summaries) > SUMMARIES_KEPT:
             old = next(iter(self._summaries))  # the earliest received
-            gone = self._summaries.pop(old)
-            if gone.origin is not None or gone.hits:
+            gone = self._summaries[old]
+            if gone.origin is not None or gone.hits:  # kept as notable before it leaves: never in neither
                 self._notable[old] = gone
                 if len(self._notable) > NOTABLE_KEPT:
                     del self._notable[next(iter(self._notable))]
+            del self._summaries[old]
 
     def recheck(self) -> list[HitRecord]:
         result, _ = self._request("recheck")
