@@ -432,3 +432,42 @@ def test_the_timeline_of_a_statistic_reads_a_model_outputs_first_field():
         steps, vmax, _vmin = RunSeries(dbg.session).series(node, "norm")
         assert steps.tolist() == [0, 1, 2]
         assert vmax.tolist() == [dbg.stats(node, "output.last_hidden_state", step=s)["norm"] for s in range(3)]
+
+
+def test_a_nan_weight_is_caught_over_time_on_a_statistic_and_replayed_to_its_origin():
+    """DRIFT on a module's output ``norm`` (the statistics table's series, at L0) with a threshold no clean step
+    reaches: a NaN written into the first layer's weight before step 6 makes the norm NaN, which fired nothing.
+    It fires at step 6 now; ``on_hit="replay"`` replays the step at mix and names the NaN weight."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    dbg = nbdebug.Debugger(model, level="L0", on_hit="replay")
+    dbg.watch("DRIFT", "Module.2.*", field="norm", window=5, z=1e3)
+
+    @dbg.step_fn
+    def train_step(x):
+        opt.zero_grad()
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        opt.step()
+        return loss
+
+    def loop():
+        g = torch.Generator().manual_seed(1)
+        for s in range(9):
+            if s == 6:
+                with torch.no_grad():
+                    model[0].weight[0, 0] = float("nan")
+            train_step(torch.randn(5, 4, generator=g))
+
+    try:
+        dbg.run(loop)
+        assert dbg.wait(60).value == "paused" and dbg.step_index == 7
+        on_output = {(h.condition, h.node, h.step) for h in dbg.hits if h.node.startswith("Module.2.Linear.forward")}
+        assert on_output == {("DRIFT", "Module.2.Linear.forward.0", 6)}
+        assert min(h.step for h in dbg.hits) == 6
+        r = dbg.replayed
+        assert r.step == 6 and r.bitwise and r.first_nonfinite() == ("Parameter.0.weight", "output.0", 6)
+    finally:
+        dbg.terminate()
+        dbg.close()
