@@ -30,6 +30,7 @@ import torch.optim.optimizer as _optim
 from ...session.session import Session
 from ..core.calls import module_base, parent_scope
 from ..core.capture import LEVELS, Capture
+from ..core.recording import announce
 from ..core.records import slot_name
 from .ddp import ReducedGrads
 from .module_grads import ModuleGrads
@@ -362,7 +363,11 @@ class TorchAdapter(ModuleGrads, Capture):
                         self.hooks.add_step(gf.register_hook(hook))
         finally:
             self.busy = False
-        self.emit_node(node, (args, kwargs, out) if self.tap is not None else None)
+        if self.tap is not None or self._held:
+            self.emit_node(node, (args, kwargs, out) if self.tap is not None else None)
+        elif name not in self._done:  # emit_node's common case, without its two frames
+            self._done.add(name)
+            announce(self, node)
         return out
 
     def _overwrite(self, t: torch.Tensor, name: str, section: str) -> None:
