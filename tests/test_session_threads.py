@@ -339,3 +339,38 @@ def test_notable_step_summary_is_readable_at_every_moment_of_its_move_aside():
                           "hits": 1}, step)
     assert readable == [True] * 5
     assert [src.step_summary(k) is not None for k in range(SUMMARIES_KEPT + 5)] == [True] * (SUMMARIES_KEPT + 5)
+
+
+def test_processes_known_to_the_listener_stay_listed_while_another_one_joins():
+    """The listener's thread files a joining process among the others in rank order while the notebook reads
+    them (the job panel, ``pause_all`` on the processes live): every process that joined before is listed at
+    every moment (refilling the dict in order left it empty for a moment: a group command then reached none).
+    The notebook's read is made between every two lines the listener runs (a trace function)."""
+    from nbdebug.remote import hub
+    from nbdebug.remote.hub import Listener
+
+    listener = Listener(token="t")
+    seen: list[list[object]] = []
+
+    def notebook(frame: object, event: str, arg: object) -> object:
+        if event == "line":
+            seen.append(list(listener.sources))
+        return notebook
+
+    def tracer(frame: object, event: str, arg: object) -> object:
+        return notebook if frame.f_code.co_filename == hub.__file__ else None
+
+    try:
+        for rank in (5, 3, 4, 1):
+            before = list(listener.sources)
+            seen.clear()
+            sys.settrace(tracer)
+            try:
+                listener._hello(b"id%d" % rank, {"type": "hello", "token": "t", "pid": 100 + rank, "host": "h",
+                                                   "rank": rank})
+            finally:
+                sys.settrace(None)
+            assert seen and all(set(before) <= set(keys) for keys in seen), (rank, before, seen)
+        assert list(listener.sources) == [1, 3, 4, 5]
+    finally:
+        listener.close()

@@ -74,7 +74,9 @@ class Listener(AbsentProcesses):
             raise ValueError(f"port must be an int in 0..65535 (0: any free port), got {port!r}")
         self.token = token or secrets.token_urlsafe(32)
         self.tensor_budget = int(tensor_budget)
-        self.sources: dict[int | str, RemoteSource] = {}
+        #: in rank order; an OrderedDict: a process that joins is filed in place with ``move_to_end``, so the
+        #: others stay listed for a reader on another thread (the job, the panel) at every moment
+        self.sources: collections.OrderedDict[int | str, RemoteSource] = collections.OrderedDict()
         #: the latest hellos turned away, {reason, pid, host} (the last REFUSED_KEPT: a flood of strangers
         #: costs no memory); ``refused_count`` counts them all
         self.refused: collections.deque[dict[str, Any]] = collections.deque(maxlen=REFUSED_KEPT)
@@ -451,9 +453,10 @@ class Listener(AbsentProcesses):
             src.connects += 1
         else:
             src = RemoteSource(self, ident, head)
-            items = sorted([*self.sources.items(), (key, src)], key=lambda kv: rank_order(kv[0]))
-            self.sources.clear()  # the same dict, in rank order
-            self.sources.update(items)
+            self.sources[key] = src  # the same dict, in rank order: the ones after it move behind it, each
+            later = sorted((k for k in list(self.sources) if rank_order(k) > rank_order(key)), key=rank_order)
+            for k in later:  # in one step (a reader on the kernel's thread sees every process at every moment)
+                self.sources.move_to_end(k)
             if self._job is not None:
                 self._job.add(key, src)
                 welcome["watch"] = self._job_watches()
