@@ -374,3 +374,25 @@ def test_processes_known_to_the_listener_stay_listed_while_another_one_joins():
         assert list(listener.sources) == [1, 3, 4, 5]
     finally:
         listener.close()
+
+
+def test_job_steps_read_while_a_rank_thread_summarises_its_steps():
+    """A job summarises a rank's step when the rank ends it — on the listener's receiving thread (a listener's
+    job) or the rank's own training thread — while the notebook lists the job's steps (the job panel)."""
+    from nbdebug.job import Job
+
+    s = Session(framework="numpy", stats_window=None)
+    s.graph.add_node("a", kind="op", op_type="relu")
+    for step in range(3_000):
+        s.steps[step] = _table(step, [("a", "output.0")])
+    job = Job({0: s})
+
+    def rank_thread(i: int) -> None:
+        if i < 3_000:
+            job.summary(0, i)
+
+    def notebook() -> None:
+        steps = job.steps
+        assert steps == list(range(3_000))
+
+    race(rank_thread, notebook, reads=3_000, writes=3_000)

@@ -120,7 +120,7 @@ class Job:
             view = SourceView(src)
             self._sources = dict(sorted({**self._sources, rank: src}.items(), key=lambda kv: rank_order(kv[0])))
             self._views = {**self._views, rank: view}
-            self._cache = {k: v for k, v in self._cache.items() if k[0] != rank}
+            self._cache = {k: v for k, v in list(self._cache.items()) if k[0] != rank}
             if view.live:
                 self._subs.append(view.on("step", lambda _s, rank=rank, view=view: self._summarize_new(rank, view)))
                 if self._sync and self.control is None:
@@ -171,7 +171,7 @@ class Job:
     @property
     def steps(self) -> list[int]:
         """Every finished step some rank has statistics or a summary for, ascending."""
-        out = {step for _rank, step in self._cache}
+        out = {step for _rank, step in list(self._cache)}  # as of now: a rank's thread may summarise meanwhile
         for src in self._sources.values():
             out.update(getattr(src.session, "steps", {}) or {})
             sent = getattr(src, "summary_steps", None)
