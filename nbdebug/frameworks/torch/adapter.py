@@ -50,6 +50,11 @@ __all__ = ["LEVELS", "TorchAdapter", "mutated_args"]
 _NO_TORCH_FUNCTION = torch._C.DisableTorchFunction
 _OUTPUTS = tuple(slot_name("output", i) for i in range(16))  # the same string objects as ``outputs`` names
 _GETITEM = torch.Tensor.__getitem__
+#: calls whose result is memory nobody wrote: until an op writes it (its version counter moves), a slot of it
+#: has no statistics — the bytes are no value the model computed, different in every run
+_UNINITIALIZED = frozenset({torch.empty, torch.empty_like, torch.empty_strided, torch.Tensor.new_empty,
+                            torch.Tensor.new_empty_strided})
+UNINITIALIZED = "unsupported: uninitialized memory (made by {}, not written yet)"
 
 
 _LIVE: weakref.WeakSet = weakref.WeakSet()
@@ -281,6 +286,8 @@ class TorchAdapter(ModuleGrads, Capture):
         consumers get edges from the producers of its other floating-point tensor arguments too
         (``F.grouped_mm(tokens, weight, offs=...)`` in MoE experts: the weight's data flow goes on)."""
         out = func(*args, **kwargs)
+        if func in _UNINITIALIZED and isinstance(out, torch.Tensor) and out.numel():  # ``torch.empty_like``
+            self._seen[id(out)] = self.buf.unmeasured(out, self.version(out), UNINITIALIZED.format(func.__name__))
         if isinstance(out, torch.Tensor) and args and isinstance(args[0], torch.Tensor) and out is not args[0]:
             also = [t for t in (*args[1:], *kwargs.values()) if isinstance(t, torch.Tensor) and t.is_floating_point()]
             if func is _GETITEM and len(args) > 1:  # ``x[torch.arange(n), idx]``: the indices pick the values

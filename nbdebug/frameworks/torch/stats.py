@@ -172,6 +172,16 @@ class StatsBuffer(RawRows):
         n = t.numel()
         return Seen(_weakref(t), version, row, name, why, tuple(t.shape), n, n * t.element_size())
 
+    def unmeasured(self, t: torch.Tensor, version: int, why: str) -> Seen:
+        """The record of ``t`` without statistics (an unsupported row saying ``why``): memory nobody wrote yet,
+        whose bytes are not a value the model computed."""
+        row = self._next_row()
+        self._ptr, self._cap = self._host.ctypes.data, self._host.shape[0]
+        self._host[row] = _NAN_ROW
+        n = t.numel()
+        return Seen(_weakref(t), version, row, _NAMES.get(t.dtype) or dtype_name(t.dtype), why, tuple(t.shape), n,
+                    n * t.element_size())
+
     def raw(self) -> np.ndarray:
         """All rows so far as a host array; device rows come over in one transfer per device.
 
