@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import warnings
 import weakref
 from collections.abc import Mapping
 from typing import Any
@@ -402,14 +403,23 @@ class Debugger(Reader, PanelOwner):
         return self.backend.train_callback(self)
 
     def step(self) -> None:
-        """Mark a step boundary (turns off the automatic boundary at ``optimizer.step()``)."""
+        """Mark a step boundary (turns off the automatic boundary at ``optimizer.step()``). Called once before
+        the training loop, before anything ran, it only turns that off: a loop with several optimizers (a GAN)
+        then has one step per iteration from the first one (else the first optimizer's step ended step 0)."""
         a = self._adapter
         if self._replay is not None and self._replay.replaying:
             return  # a replay's run of the step function: the replay ends its own step
         if a.auto_step:
             a.auto_step = False
-            if not len(self.session.recorder) and self.session.step_index > 0:
-                return  # the optimizer already closed this step
+            if not len(self.session.recorder):
+                if self.session.step_index > 1:
+                    warnings.warn(
+                        f"nbdebug: steps 0..{self.session.step_index - 1} were each ended by an optimizer.step() "
+                        "before this first dbg.step(); steps end at dbg.step() only from now on. With several "
+                        "optimizers an iteration was split into several steps: call dbg.step() once before the "
+                        "training loop (or use @dbg.step_fn) for one step per iteration from the first one",
+                        UserWarning, stacklevel=2)
+                return  # the optimizer already closed this step, or nothing ran yet (before the loop)
         a.end_step()
 
     # -- replay (nbdebug/replay/, README "Replay a step") ---------------------------------------------
