@@ -214,12 +214,13 @@ class Timeline:
         lo, hi = max(lo, extent[0]), min(hi, extent[1])
         if hi < lo:
             lo, hi = extent
-        heat = []
+        heat, flags = [], []
         cols: Columns | None = None
         for path, _depth, kids in rows:
             c = self._row_columns(tree, path, path in opened or not kids, lo, hi)
             cols = cols or c
             heat.append(c.vmax if field != "min" else c.vmin)
+            flags.append(c.flags)
         if cols is None:
             cols = decimate(np.zeros(0), np.zeros(0), lo, hi, self.width)
         if self.selected is None or self.selected not in tree.children:
@@ -234,16 +235,18 @@ class Timeline:
                "selected": self.selected, "selected_label": self._series_label(tree, opened),
                "hits": self._hits(tree, rows, row_of, lo, hi), "left_band": left,
                "log": field not in ("mean", "min", "max", "loss_scale") and _positive(heat_arr)}
+        msg["nonfinite"], nonfinite = nonfinite_rows([*flags, line.flags])
         return msg, [cols.first.astype(np.int32), cols.last.astype(np.int32), heat_arr,
                      line.vmin.astype(np.float32), line.vmax.astype(np.float32),
-                     *(b.astype(np.float32) for b in band)]
+                     *(b.astype(np.float32) for b in band), *([nonfinite] if msg["nonfinite"] else [])]
 
     def _row_columns(self, tree: RowTree, path: str, own: bool, lo: int, hi: int) -> Columns:
         parts = [self._decimated(n, lo, hi) for n in row_values(tree, path, own, None)]
         if len(parts) == 1:
             return parts[0]
         return Columns(parts[0].first, parts[0].last, nan_reduce([p.vmin for p in parts], "min"),
-                       nan_reduce([p.vmax for p in parts], "max"))
+                       nan_reduce([p.vmax for p in parts], "max"),
+                       np.bitwise_or.reduce([p.flags for p in parts], axis=0))
 
     def _decimated(self, name: str, lo: int, hi: int) -> Columns:
         steps, vmax, vmin = self.data.series(name, self.field)
@@ -309,8 +312,28 @@ class Timeline:
         return n.scope.replace("/", ".") if n is not None else ""
 
 
+def nonfinite_rows(flags: list[np.ndarray]) -> tuple[list[int], np.ndarray]:
+    """The rows (indices into ``flags``; the last one: the line) with a non-finite value, and their flags
+    (uint8, one row of columns each, concatenated; the message's ninth buffer, left out for a view without
+    NaN or ±Inf).
+
+    >>> nonfinite_rows([np.array([0, 0], np.uint8), np.array([0, 1], np.uint8)])
+    ([1], array([0, 1], dtype=uint8))
+    """
+    rows = [i for i, f in enumerate(flags) if f.any()]
+    out = np.concatenate([flags[i] for i in rows]) if rows else np.zeros(0, np.uint8)
+    return rows, out.astype(np.uint8)
+
+
 def _backfill(cols: Columns, until: int) -> None:
     """Empty columns before step ``until`` take the next column's values (the block whose last step is there)."""
+    present = ~np.isnan(cols.vmax) | (cols.flags > 0)
+    ok = np.flatnonzero(present)
+    gaps = np.flatnonzero(~present & (cols.last < until))
+    if len(ok) and len(gaps):
+        nxt = np.searchsorted(ok, gaps)
+        fill = nxt < len(ok)
+        cols.flags[gaps[fill]] = cols.flags[ok[nxt[fill]]]
     for arr in (cols.vmin, cols.vmax):
         ok = np.flatnonzero(~np.isnan(arr))
         gaps = np.flatnonzero(np.isnan(arr) & (cols.last < until))
@@ -333,4 +356,4 @@ def _positive(a: np.ndarray) -> bool:
     return bool(finite.size) and bool((finite > 0).all()) and float(finite.max() / finite.min()) > 100
 
 
-__all__ = ["RUN", "RunSeries", "Timeline"]
+__all__ = ["RUN", "RunSeries", "Timeline", "nonfinite_rows"]

@@ -48,14 +48,35 @@ _MODULE = re.compile(rf"^(?:{_HEADS})\.(.+)\.([^.]+)$")
 _MODULE_NODE = re.compile(rf"^(?:{_HEADS})\.(.+)\.([^.]+)\.forward\.\d+$")
 
 
+#: bits of :attr:`Columns.flags`: a value the model computed in the column was NaN, +Inf or -Inf
+NAN, POS_INF, NEG_INF = 1, 2, 4
+
+
 @dataclass
 class Columns:
-    """A series decimated to columns: column ``i`` covers steps ``first[i]..last[i]`` (NaN: no step there)."""
+    """A series decimated to columns: column ``i`` covers steps ``first[i]..last[i]`` (NaN: no step there).
+    ``flags[i]``: :data:`NAN` | :data:`POS_INF` | :data:`NEG_INF` of the non-finite values computed there (a
+    series absent at a step has no value, no flag: a gap)."""
 
     first: np.ndarray
     last: np.ndarray
     vmin: np.ndarray
     vmax: np.ndarray
+    flags: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint8))
+
+    def __post_init__(self) -> None:
+        if len(self.flags) != len(self.first):
+            self.flags = np.zeros(len(self.first), np.uint8)
+
+
+def nonfinite_flags(values: np.ndarray) -> np.ndarray:
+    """The :data:`NAN`/:data:`POS_INF`/:data:`NEG_INF` bit of each value (0: finite).
+
+    >>> nonfinite_flags(np.array([1.0, np.nan, np.inf, -np.inf])).tolist()
+    [0, 1, 2, 4]
+    """
+    v = np.asarray(values, np.float64)
+    return (np.isnan(v) * NAN + (v == np.inf) * POS_INF + (v == -np.inf) * NEG_INF).astype(np.uint8)
 
 
 def column_edges(lo: int, hi: int, width: int) -> tuple[np.ndarray, np.ndarray]:
@@ -77,13 +98,22 @@ def column_edges(lo: int, hi: int, width: int) -> tuple[np.ndarray, np.ndarray]:
 
 def decimate(steps: np.ndarray, values: np.ndarray, lo: int, hi: int, width: int,
              vmin_values: np.ndarray | None = None) -> Columns:
-    """Exact min and max of ``values`` per column of ``lo..hi`` (``steps`` ascending; NaN ignored).
+    """Exact min and max of ``values`` per column of ``lo..hi`` (``steps`` ascending: the steps that have a
+    value; NaN ignored by min/max but flagged, as ±Inf, in ``flags``).
     ``vmin_values``: where the minima come from when they differ (a monitor's folded blocks keep both)."""
     first, last = column_edges(lo, hi, width)
     ncols = len(first)
     vmin = np.full(ncols, np.nan, np.float64)
     vmax = np.full(ncols, np.nan, np.float64)
+    flags = np.zeros(ncols, np.uint8)
     steps = np.asarray(steps)
+    for arr in (values, vmin_values):
+        if arr is None or not ncols:
+            continue
+        bits = nonfinite_flags(arr)
+        keep = (steps >= lo) & (steps <= hi) & (bits > 0)
+        if keep.any():
+            np.bitwise_or.at(flags, np.searchsorted(first, steps[keep], side="right") - 1, bits[keep])
     for arr, out, reduce in ((values, vmax, np.maximum), (values if vmin_values is None else vmin_values, vmin,
                                                           np.minimum)):
         arr = np.asarray(arr, np.float64)
@@ -94,7 +124,7 @@ def decimate(steps: np.ndarray, values: np.ndarray, lo: int, hi: int, width: int
         v = arr[keep]
         starts = np.flatnonzero(np.r_[True, b[1:] != b[:-1]])
         out[b[starts]] = reduce.reduceat(v, starts)
-    return Columns(first, last, vmin, vmax)
+    return Columns(first, last, vmin, vmax, flags)
 
 
 # -- bands (the temporal watchpoints' definitions) --------------------------------------------------------
