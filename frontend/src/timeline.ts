@@ -9,6 +9,7 @@
  * or the labextension URL from the page's config.
  */
 import { WidgetModel, Msg } from './model';
+import { SPECIAL } from './heatmap-colour';
 
 export interface TimelineMsg extends Msg {
   field: string;
@@ -28,6 +29,36 @@ export interface TimelineMsg extends Msg {
   step: number | null;
   note: string;
   log?: boolean;
+  /** rows (index `shape[0]`: the line) with a NaN/±Inf the model computed; their flags are buffer 8 */
+  nonfinite?: number[];
+}
+
+/** bits of the non-finite flags (a series absent at a step has none: a gap) */
+export const NAN = 1, POS_INF = 2, NEG_INF = 4;
+// the tensor heatmap's colours of NaN / +Inf / −Inf (none of them is on Viridis)
+const NONFINITE_COLOR: Record<number, string> = {
+  [NAN]: SPECIAL.nan.css, [POS_INF]: SPECIAL.pos_inf.css, [NEG_INF]: SPECIAL.neg_inf.css
+};
+
+const NONFINITE_CELLS = 'NaN / ±Inf cells';
+
+export function nonfiniteText(f: number): string {
+  return [f & NAN ? 'NaN' : '', f & POS_INF ? '+Inf' : '', f & NEG_INF ? '-Inf' : ''].filter(Boolean).join(' ');
+}
+
+/** Per row (and the line, index `shape[0]`) the flags of each column: NaN | +Inf | -Inf bits. */
+export function nonfiniteFlags(m: TimelineMsg, bufs: unknown[]): Map<number, Uint8Array> {
+  const out = new Map<number, Uint8Array>();
+  const rows = m.nonfinite ?? [];
+  if (!rows.length || bufs[8] === undefined) return out;
+  const all = new Uint8Array(view(bufs[8]));
+  const ncols = m.shape[1];
+  rows.forEach((r, i) => out.set(r, all.subarray(i * ncols, (i + 1) * ncols)));
+  return out;
+}
+
+function flagColor(f: number): string {
+  return NONFINITE_COLOR[f & NAN ? NAN : f & POS_INF ? POS_INF : NEG_INF];
 }
 
 const PLOTLY_FILE = 'plotly-cartesian.min.js';
@@ -109,18 +140,30 @@ export function figure(m: TimelineMsg, bufs: unknown[], width: number): { data: 
   const lmin = f32(bufs[3]), lmax = f32(bufs[4]);
   const blo = f32(bufs[5]), bmid = f32(bufs[6]), bhi = f32(bufs[7]);
   const x = first.map((a, i) => (a + last[i]) / 2);
-  const z: (number | null)[][] = [], text: string[][] = [];
+  const flags = nonfiniteFlags(m, bufs);
+  const bad = { x: [] as number[], y: [] as number[], color: [] as string[], text: [] as string[] };
+  const z: (number | null)[][] = [], text: string[][] = [], zbad: (number | null)[][] = [];
   for (let r = 0; r < nrows; r++) {
-    const zr: (number | null)[] = [], tr: string[] = [];
+    const zr: (number | null)[] = [], tr: string[] = [], br: (number | null)[] = [];
+    const fr = flags.get(r);
     for (let c = 0; c < ncols; c++) {
       const v = heat[r * ncols + c];
       const ok = Number.isFinite(v) && (!m.log || v > 0);
       zr.push(ok ? (m.log ? Math.log10(v) : v) : null);
       const span = first[c] === last[c] ? `step ${first[c]}` : `steps ${first[c]}–${last[c]}`;
-      tr.push(`${m.rows[r][0]}<br>${span}<br>${m.field} ${Number.isNaN(v) ? '–' : fmt(v)}`);
+      const f = fr ? fr[c] : 0;
+      const shown = Number.isFinite(v) ? fmt(v) : '';
+      const value = f ? [shown, nonfiniteText(f)].filter(Boolean).join(' · ') : Number.isNaN(v) ? '–' : fmt(v);
+      tr.push(`${m.rows[r][0]}<br>${span}<br>${m.field} ${value}`);
+      br.push(f ? (f & NAN ? 0 : f & POS_INF ? 1 : 2) : null);
+      if (f) {
+        bad.x.push(x[c]); bad.y.push(r); bad.color.push(flagColor(f));
+        bad.text.push(`${m.rows[r][0]}<br>${span}<br>${m.field} ${value} (computed)`);
+      }
     }
     z.push(zr);
     text.push(tr);
+    zbad.push(br);
   }
   const labels = m.rows.map(r => r[0]);
   const ys = m.rows.map((_r, i) => i); // rows by index: paths such as "2.0" are not categories plotly keeps apart
@@ -131,11 +174,20 @@ export function figure(m: TimelineMsg, bufs: unknown[], width: number): { data: 
     return lo;
   };
   const selRow = labels.indexOf(m.selected ?? '');
+  const lineFlags = flags.get(nrows);
+  const lineBad = lineFlags ? Array.from(lineFlags.keys()).filter(c => lineFlags[c]) : [];
+  const finiteMax = lmax.reduce((a: number | null, v) => (v !== null && Number.isFinite(v) && (a === null || v > a) ? v : a), null);
+  const lineY = (c: number) => (lmax[c] !== null && Number.isFinite(lmax[c] as number) ? lmax[c]
+    : lmin[c] !== null && Number.isFinite(lmin[c] as number) ? lmin[c] : finiteMax ?? (m.log ? 1 : 0));
   const onLine = hits.filter(h => h[1] === selRow || h[1] < 0);
   const data: any[] = [
     { type: 'heatmap', x, y: ys, z, text, hoverinfo: 'text', colorscale: 'Viridis', xaxis: 'x', yaxis: 'y',
       zsmooth: false, hoverongaps: false, name: 'heatmap',
       colorbar: { len: 0.55, y: 1, yanchor: 'top', thickness: 10, title: { text: m.log ? 'log₁₀' : '', side: 'right' } } },
+    // the cells whose value the model computed as NaN / +Inf / −Inf, filled in the tensor heatmap's colours
+    ...(bad.x.length ? [{ type: 'heatmap', x, y: ys, z: zbad, text, hoverinfo: 'text', xaxis: 'x', yaxis: 'y',
+      zsmooth: false, hoverongaps: false, name: NONFINITE_CELLS, showscale: false, zmin: 0, zmax: 2,
+      colorscale: [[0, NONFINITE_COLOR[NAN]], [0.5, NONFINITE_COLOR[POS_INF]], [1, NONFINITE_COLOR[NEG_INF]]] }] : []),
     { type: 'scatter', mode: 'markers', x: hits.filter(h => h[1] >= 0).map(h => h[0]),
       y: hits.filter(h => h[1] >= 0).map(h => h[1]), xaxis: 'x', yaxis: 'y', name: 'hits',
       marker: { symbol: 'x-thin', size: 9, line: { width: 2, color: '#cf222e' } },
@@ -157,7 +209,19 @@ export function figure(m: TimelineMsg, bufs: unknown[], width: number): { data: 
     { type: 'scatter', mode: 'markers', x: onLine.map(h => h[0]), y: onLine.map(h => lmax[colOf(h[0])]),
       xaxis: 'x', yaxis: 'y2', name: 'hits', showlegend: false,
       marker: { symbol: 'x-thin', size: 11, line: { width: 2, color: '#cf222e' } },
-      text: onLine.map(h => `${h[2]} · ${h[3]} · step ${h[0]}`), hoverinfo: 'text' }
+      text: onLine.map(h => `${h[2]} · ${h[3]} · step ${h[0]}`), hoverinfo: 'text' },
+    { type: 'scatter', mode: 'markers', x: bad.x, y: bad.y, xaxis: 'x', yaxis: 'y', name: 'NaN / ±Inf',
+      marker: { symbol: 'square', size: Math.max(5, Math.min(12, (width - 230) / Math.max(1, ncols))),
+                color: bad.color, line: { width: 1, color: '#fff' } },
+      text: bad.text, hoverinfo: 'text', showlegend: bad.x.length > 0 || lineBad.length > 0 },
+    { type: 'scatter', mode: 'markers+text', x: lineBad.map(c => x[c]), y: lineBad.map(lineY), xaxis: 'x',
+      yaxis: 'y2', name: 'NaN / ±Inf (line)', showlegend: false, cliponaxis: false,
+      marker: { symbol: 'diamond', size: 9, color: lineBad.map(c => flagColor(lineFlags![c])) },
+      textposition: 'top center', textfont: { size: 9, color: lineBad.map(c => flagColor(lineFlags![c])) },
+      texttemplate: lineBad.length <= 40 ? '%{text}' : '',
+      text: lineBad.map(c => nonfiniteText(lineFlags![c])),
+      customdata: lineBad.map(c => first[c] === last[c] ? `step ${first[c]}` : `steps ${first[c]}–${last[c]}`),
+      hovertemplate: `${m.field} %{text} (computed)<br>%{customdata}<extra></extra>` }
   ];
   const shapes: any[] = [];
   if (m.step !== null && m.step !== undefined) {
@@ -226,7 +290,7 @@ export function renderTimeline(model: WidgetModel, el: HTMLElement): () => void 
     gd.on('plotly_click', (ev: any) => {
       const p = ev?.points?.[0];
       if (!p || !last) return;
-      const tr = p.data?.name;
+      const tr = p.data?.name === NONFINITE_CELLS ? 'heatmap' : p.data?.name;
       let c: number;
       if (tr === 'heatmap') c = Array.isArray(p.pointIndex) ? p.pointIndex[1] : p.pointNumber?.[1] ?? 0;
       else c = nearestCol(Number(p.x));
