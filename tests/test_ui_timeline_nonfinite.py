@@ -78,3 +78,21 @@ def test_folded_block_keeps_the_nan_flag() -> None:
     assert all(flags[c] == NAN for c in bad)
     block3 = [c for c in range(len(first)) if first[c] <= 27 <= last[c]]
     assert flags[block3].tolist() == [0]  # an absent value folded: still no flag
+
+
+def test_job_timeline_flags_the_rank_whose_step_was_nan() -> None:
+    from nbdebug.job import Job
+    from nbdebug.offline import OfflineSession
+    from nbdebug.ui.job_timeline import RankTimeline
+
+    ranks = {0: OfflineSession(_session(30, {}, absent={4})),
+             1: OfflineSession(_session(30, {11: float("nan"), 12: float("inf")}, absent=set()))}
+    tl = RankTimeline(Job(ranks))
+    tl.field, tl.name = "loss", "Run"
+    msg, bufs = tl.message()
+    assert msg["shape"] == [2, 30] and msg["nonfinite"] == [1]  # rank 1 only (rank 0's step 4 absent: a gap)
+    assert np.flatnonzero(_flags(msg, bufs, 1)).tolist() == [11, 12]
+    assert _flags(msg, bufs, 1)[[11, 12]].tolist() == [NAN, POS_INF]
+    tl.selected = 1  # the line is rank 1's: flagged too (index rows)
+    msg, bufs = tl.message()
+    assert msg["nonfinite"] == [1, 2] and np.flatnonzero(_flags(msg, bufs, 2)).tolist() == [11, 12]

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from .timeline import DEFAULT_WIDTH, DEFAULTS, MAX_WIDTH, RunSeries
+from .timeline import DEFAULT_WIDTH, DEFAULTS, MAX_WIDTH, RunSeries, nonfinite_rows
 from .timeline_data import HISTORY_FIELDS, band_for, decimate
 
 
@@ -109,9 +109,10 @@ class RankTimeline:
                "rows": [[str(r), f"rank {r}", 0, False, False] for r in ranks], "selected": str(self.selected),
                "selected_label": f"rank {self.selected}: {self.name}", "hits": hits, "left_band": left,
                "log": bool(finite.size) and bool((finite > 0).all()) and float(finite.max() / finite.min()) > 100}
+        msg["nonfinite"], nonfinite = nonfinite_rows([*(c.flags for c in cols.values()), line.flags])
         return msg, [first.first.astype(np.int32), first.last.astype(np.int32), heat,
                      line.vmin.astype(np.float32), line.vmax.astype(np.float32),
-                     *(b.astype(np.float32) for b in bands)]
+                     *(b.astype(np.float32) for b in bands), *([nonfinite] if msg["nonfinite"] else [])]
 
 
 class JobTimelineView:
