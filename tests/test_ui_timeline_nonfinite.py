@@ -96,3 +96,32 @@ def test_job_timeline_flags_the_rank_whose_step_was_nan() -> None:
     tl.selected = 1  # the line is rank 1's: flagged too (index rows)
     msg, bufs = tl.message()
     assert msg["nonfinite"] == [1, 2] and np.flatnonzero(_flags(msg, bufs, 2)).tolist() == [11, 12]
+
+
+def test_history_field_flags_the_step_whose_tensor_was_nan() -> None:
+    import torch
+    from torch import nn
+
+    import nbdebug
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    dbg = nbdebug.Debugger(model)
+    for i in range(6):
+        opt.zero_grad()
+        x = torch.randn(2, 3)
+        if i == 3:
+            x[0, 0] = float("nan")
+        model(x).sum().backward()
+        if i != 3:
+            opt.step()
+    tl = Timeline(dbg.session)
+    tl.set_field("norm")  # each forward module's output.0 from the per-tensor statistics
+    msg, bufs = tl.message()
+    first = np.frombuffer(bufs[0].tobytes(), np.int32).tolist()
+    col = first.index(3)
+    assert msg["nonfinite"] and msg["nonfinite"][0] == 0
+    for row in range(msg["shape"][0]):
+        flags = _flags(msg, bufs, row)
+        assert np.flatnonzero(flags).tolist() == [col] and flags[col] == NAN, (row, flags)

@@ -98,13 +98,27 @@ class RunSeries:
             _s, vmin = mon.series(name, field, "min")
             out = (steps, vmax, vmin if len(vmin) == len(vmax) else vmax)
         else:
-            steps_l, vals_l = self.session.timeline(name, self._first_output(name), field)
-            steps, vals = np.asarray(steps_l, np.int64), np.asarray(vals_l, np.float64)
+            steps, vals = self._history(name, field)
             out = (steps, vals, vals)
         if len(self._cache) > 4096:
             self._cache.clear()
         self._cache[key] = (ver, out)
         return out
+
+    def _history(self, name: str, field: str) -> tuple[np.ndarray, np.ndarray]:
+        """A statistic of the per-tensor history over the steps it has a value: a NaN stays only where the tensor
+        held NaN/±Inf (the model computed it); a statistic not computed (unsupported: NaN) is no value, a gap."""
+        slot = self._first_output(name)
+        steps_l, vals_l = self.session.timeline(name, slot, field)
+        steps, vals = np.asarray(steps_l, np.int64), np.asarray(vals_l, np.float64)
+        nan = np.isnan(vals)
+        if nan.any():
+            nf_steps, nf = (self.session.timeline(name, slot, "nonfinite_count") if field != "nonfinite_count"
+                            else (steps_l, vals_l))
+            bad = dict(zip(nf_steps, nf, strict=True))
+            keep = ~nan | np.array([field != "nonfinite_count" and bad.get(int(k), 0) > 0 for k in steps])
+            steps, vals = steps[keep], vals[keep]
+        return steps, vals
 
     def _first_output(self, name: str) -> str:
         """A module node's first output slot: ``output.0``, or a ``ModelOutput``'s first field
