@@ -57,11 +57,13 @@ class Mismatch:
 
 def comparable(live: Any, replayed: Any, skip: tuple[str, ...] = ()) -> list[tuple[int, int]]:
     """``(row in live, row in replayed)`` of the keys both tables hold, in ``live``'s order, except nodes
-    whose names start with one of ``skip``."""
+    whose names start with one of ``skip`` and slots both tables hold no statistics of (``unsupported``: e.g.
+    outputs MindSpore's CPU BatchNorm never writes, whose rows measure their memory's previous contents)."""
     out = []
+    gone, gone_too = getattr(live, "unsupported", {}), getattr(replayed, "unsupported", {})
     for i, key in enumerate(live.keys):
         j = replayed.index.get(key)
-        if j is not None and not key[0].startswith(skip or ("\0",)):
+        if j is not None and not key[0].startswith(skip or ("\0",)) and not (i in gone and j in gone_too):
             out.append((i, j))
     return out
 
