@@ -249,7 +249,9 @@ class Debugger(Reader, PanelOwner):
         """Run ``fn(*args, **kwargs)`` — your training loop — on a worker thread and return at once.
 
         The notebook stays responsive; pause, continue, step and inspect while it trains. ``block=True``
-        runs in this thread (for scripts); ``paused=True`` waits for :meth:`cont` before the first node;
+        runs in this thread (for scripts): nothing else could resume a pause there, so a hit is kept
+        without pausing (a warning says so once) unless a notebook is attached to this process
+        (``nbdebug.attach``); ``paused=True`` waits for :meth:`cont` before the first node;
         ``steps=N`` pauses after N steps. An exception in ``fn`` sets :attr:`state` to ``failed`` and
         keeps the traceback in :attr:`error`.
 
@@ -265,6 +267,7 @@ class Debugger(Reader, PanelOwner):
             raise RuntimeError("this Debugger is closed")
         if self._node_sub is None:
             self._node_sub = self.session.subscribe("node", self._on_node)
+        self._ctl.resumable_elsewhere = getattr(self, "remote", None) is not None  # a notebook attached to us
         try:
             self._ctl.run(fn, *args, block=block, paused=paused, steps=steps, **kwargs)
         except BaseException:

@@ -54,6 +54,44 @@ def test_block_runs_in_caller_thread(dbg):
     assert seen == [threading.current_thread()] and dbg.state is State.FINISHED
 
 
+def test_block_does_not_wait_forever_on_a_hit_it_alone_could_resume(dbg):
+    """``run(block=True)`` trains on the caller's thread — in a notebook the thread that would handle the
+    panel's CONTINUE — so a hit's pause there waited forever. It trains on with the hits kept, saying so once;
+    ``steps=N`` (a pause after N steps) is refused for the same reason."""
+    import warnings
+
+    def train():
+        opt = torch.optim.SGD(dbg.model.parameters(), lr=0.05)
+        for i in range(5):
+            x = torch.randn(5, 8)
+            if i == 2:
+                x[0, 0] = float("nan")  # NaN from step 2 on (the weights take it)
+            opt.zero_grad()
+            nn.functional.mse_loss(dbg.model(x), torch.zeros(5, 4)).backward()
+            opt.step()
+        return "done"
+
+    dbg.watch("TO")
+    caller = threading.Thread(target=dbg.run, args=(train,), kwargs={"block": True}, daemon=True)
+    with warnings.catch_warnings(record=True) as told:
+        warnings.simplefilter("always")
+        caller.start()
+        caller.join(60)  # the thread that called run(block=True): before the fix it never came back
+    assert not caller.is_alive(), "run(block=True) waits forever on a hit"
+    assert len([w for w in told if "block=True" in str(w.message)]) == 1  # said once, not per hit
+    assert dbg.state is State.FINISHED and dbg._ctl.result == "done"
+    assert {h.step for h in dbg.hits if h.hits} == {2, 3, 4}
+    with pytest.raises(ValueError, match="steps=N"):
+        dbg.run(train, block=True, steps=2)
+    dbg.run(train)  # on a worker thread a hit still pauses
+    deadline = time.time() + 10
+    while dbg.state is not State.PAUSED and time.time() < deadline:
+        time.sleep(0.01)
+    assert dbg.state is State.PAUSED
+    dbg.terminate()
+    assert dbg.wait(10) is State.TERMINATED
+
+
 def test_exception_sets_failed_with_traceback(dbg):
     def boom():
         dbg.model(torch.randn(2, 8))

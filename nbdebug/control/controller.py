@@ -20,6 +20,7 @@ import enum
 import threading
 import time
 import traceback
+import warnings
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -86,6 +87,11 @@ class Controller:
         #: False while nobody could resume a pause (a remote process whose notebook stayed away past its
         #: pause timeout): hits, pause requests, run_to and step counts no longer stop training
         self.pausing = True
+        #: whether something other than the training thread can resume a pause of a ``run(block=True)`` (a
+        #: notebook attached to this process: ``nbdebug.attach``); else such a pause would wait forever
+        self.resumable_elsewhere = False
+        self._blocking: int | None = None  # the thread a run(block=True) trains on, while it does
+        self._told_blocking = False
 
     # -- starting ---------------------------------------------------------------------------------
     def run(self, fn: Callable[..., Any], *args: Any, block: bool = False, paused: bool = False,
@@ -101,6 +107,9 @@ class Controller:
                 raise RuntimeError(f"training is already {self.state}; terminate() it or wait() for it first")
             if block and paused:
                 raise ValueError("block=True with paused=True would wait forever in this thread")
+            if block and steps is not None and not self.resumable_elsewhere:
+                raise ValueError("block=True with steps=N would wait forever in this thread after N steps "
+                                 "(nothing else could continue it); leave block out to pause after N steps")
             self._reset_requests()
             self._steps_left = _check_steps(steps)
             self.error = self.exception = self.result = None
@@ -134,7 +143,11 @@ class Controller:
                         self._set_state(final)
 
         if block:
-            target()
+            self._blocking, self._told_blocking = threading.get_ident(), False
+            try:
+                target()
+            finally:
+                self._blocking = None
             if self.state is State.FAILED and isinstance(self.exception, KeyboardInterrupt):
                 raise self.exception
             return
@@ -303,6 +316,9 @@ class Controller:
 
     # -- internals --------------------------------------------------------------------------------
     def _pause_at(self, node: str | None, reason: str, step: int | None = None) -> None:
+        if self._blocking == threading.get_ident() and not self.resumable_elsewhere:
+            self._no_pause_in_block(reason)
+            return
         with self._cv:
             self._paused_after_step = step
             self.current_node = node
@@ -313,6 +329,19 @@ class Controller:
             self._pause_after = None
             self._set_state(State.PAUSED)
         self._block_while_paused()
+
+    def _no_pause_in_block(self, reason: str) -> None:
+        """A pause of ``run(block=True)`` that only this thread could resume (the notebook's panel and cells
+        wait for it): training goes on — the hit stays in the hit list — and the first one says so."""
+        with self._cv:
+            self._pause_requested = self._next_node = False
+            self._run_to = None
+            self._pause_after = None
+        if not self._told_blocking:
+            self._told_blocking = True
+            warnings.warn(f"nbdebug: not pausing ({reason}): under run(..., block=True) this thread is the one "
+                          "that would have to resume it, so it would wait forever; training goes on (hits are "
+                          "kept in dbg.hits). Leave block out to pause on hits", RuntimeWarning, stacklevel=2)
 
     def _block_while_paused(self) -> None:
         with self._cv:
