@@ -239,3 +239,27 @@ def test_replay_of_a_later_batchnorm_step_is_bitwise(level):
                 r = dbg.replay(s)
                 assert r.bitwise, (s, [str(m) for m in r.mismatches[:3]])
                 assert r.compared > 100
+
+
+@pytest.mark.parametrize("level", ["monitor", "L0", "L1", "mix"])
+def test_run_loss_at_every_level(level):
+    """``dbg.record_loss`` (value_and_grad) and a ``WithLossCell``'s own output (TrainOneStepCell) are the
+    monitor's ``Run.loss`` at every level, as they are with PyTorch (at L0/L1/mix they were dropped)."""
+    net, batches = build("resnet")
+    crit = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+    with nbdebug.Debugger(net, level=level) as dbg:
+        opt = nn.Momentum(net.trainable_params(), 0.05, 0.9)
+        grad_fn = ms.value_and_grad(lambda x, y: crit(net(x), y), None, opt.parameters)
+        losses = []
+        for x, y in batches:
+            loss, grads = grad_fn(x, y)
+            dbg.record_loss(loss)
+            opt(grads)
+            losses.append(float(loss.asnumpy()))
+        assert dbg.session.monitor.series("Run", "loss")[1].tolist() == losses
+    net, batches = build("flow")
+    with_loss = nn.WithLossCell(net, crit)
+    with nbdebug.Debugger(with_loss, level=level) as dbg:
+        step = nn.TrainOneStepCell(with_loss, nn.Adam(net.trainable_params(), 1e-2))
+        losses = [float(step(x, y).asnumpy()) for x, y in batches]
+        assert dbg.session.monitor.series("Run", "loss")[1].tolist() == losses

@@ -18,7 +18,8 @@ The series and their names are PyTorch's (:mod:`nbdebug.frameworks.torch.monitor
 Nothing is read on the hot path (MindSpore runs PyNative ops asynchronously; even a result's ``dtype`` waits for
 its queue): tensors are queued in a :class:`~nbdebug.frameworks.mindspore.stats.StatsBuffer` and reduced at a
 flush — before the optimizer updates in place, and at the step end — one wait each; on CPU with the native
-kernel. A step without an optimizer call has Cell and loss series only.
+kernel. A step without an optimizer call has Cell and loss series only. At L0, L1 and mix the other series come
+from the statistics tables and :class:`LossMonitor` records ``Run.loss`` alone (the same two sources).
 
 >>> import mindspore as ms, numpy as np
 >>> from mindspore import nn
@@ -228,3 +229,28 @@ class MindSporeMonitor(KeyColumns):
         self._new_step()
         self._gen += 1
         return self.keys, out
+
+
+class LossMonitor(MindSporeMonitor):
+    """The probe at L0, L1 and mix: only ``Run.loss`` (``Debugger.record_loss``, else the attached Cell's
+    single-value output, e.g. an ``nn.WithLossCell``); the other series come from the statistics tables."""
+
+    def __init__(self, adapter: Any, model: Any, grad_recording: Any) -> None:
+        self.adapter = adapter
+        KeyColumns.__init__(self)
+        self._grad_recording = grad_recording
+        self._new_step()
+        self._gen = 0
+        self.closed = False
+        self._loss_col = self.col((RUN, "loss"))
+        self._total_col = -1  # no gradient norms measured here (_grad_cols stays empty)
+        self._handles = Handles()
+        self._handles.add(model.register_forward_hook(self._root_hook))
+        self._params = {}
+        self._old = []
+
+    def optimizer_pre(self, opt: Any, grads: Any) -> None:
+        pass
+
+    def optimizer_post(self, opt: Any) -> None:
+        pass

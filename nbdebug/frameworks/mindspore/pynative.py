@@ -155,6 +155,9 @@ class PyNativeAdapter(Capture):
             self.monitor_probe = MindSporeMonitor(self, model, _grad_recording)
             _OPT.install(self)
             return
+        from .monitor import LossMonitor
+
+        self.monitor_probe = LossMonitor(self, model, _grad_recording)  # Run.loss: dbg.record_loss, WithLossCell
         want_cells = self.level.modules
         for path, cell in model.cells_and_names():
             if id(cell) in self._cell_info:
@@ -501,6 +504,7 @@ class PyNativeAdapter(Capture):
             return
         if self.monitor_probe is not None:
             self.monitor_probe.optimizer_pre(opt, grads)
+        if not self.level.records_tensors:  # monitor: nothing retained to sync or copy
             self.section = "optimizer"
             return
         self.sync()  # parameters and gradients change in place from here on
