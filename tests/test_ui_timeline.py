@@ -144,6 +144,7 @@ def test_scrub_live_panel_shows_the_chosen_step() -> None:
         assert shown["max"] == dbg.stats(node, "output.0", 9)["max"] != dbg.stats(node, "output.0", 13)["max"]
         # step 9's values are not retained (current and previous only): the details say why
         assert "values are kept for the current (13) and previous step only" in panel.details.table.value
+        assert "step 9 has statistics but no retained value" in panel.details.table.value  # the reason whole
         assert panel.timeline.figure.recorded()[-1]["step"] == 9
         assert panel.timeline.note.value == ""
         # a step out of the window: refused, with the statistics window's reason

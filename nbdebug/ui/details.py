@@ -146,7 +146,9 @@ class NodeDetails:
             else:
                 texts = stat_texts(st, _SHOWN)
                 cells = [html.escape(texts[k]) for k in _SHOWN]
-            value = html.escape(preview(values)) if values is not None else f"<i>{html.escape(why[:120])}</i>"
+            # the reason whole: the row spans the table (cut at 120 characters it ended mid-word)
+            why = why if len(why) <= 600 else why[:599] + "…"
+            value = html.escape(preview(values)) if values is not None else f"<i>{html.escape(why)}</i>"
             link = producers.get(slot) or consumers.get(slot) or []
             rel = ("from " if slot in producers else "to ") + ", ".join(link[:3]) if link else ""
             rel += f" (+{len(link) - 3})" if len(link) > 3 else ""
