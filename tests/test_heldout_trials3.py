@@ -16,9 +16,10 @@ step k). Each defect they showed is tested on the smallest set-up that shows it:
   a STALL); absent values are still skipped;
 - a step naming a part of the model (``emb = model.get_input_embeddings()``) was refused by ``save_repro``;
   the script reaches it through the model it rebuilds now;
-- a ``torch.Generator`` of the step's own (input noise, dropout with ``generator=``) is outside the kept
-  state, so the replay is not bitwise (it says so); but it drew from the live generator, so the live run
-  after a replay differed from one without. A replay puts the generators the step function reaches back;
+- a ``torch.Generator`` of the step's own (input noise, dropout with ``generator=``) was outside the kept
+  state, so the replay was not bitwise, and it drew from the live generator, so the live run after a replay
+  differed from one without. Its state when the step started is kept now (the replay is bitwise and puts the
+  live state back after), and ``save_repro`` hands it over;
 - ``save_repro`` took ``nn.Sequential`` for a class its script builds with no argument: the script built an
   empty one and died on a ``KeyError``. It asks for a factory now, and a script whose rebuilt model lacks the
   saved parameters says so.
@@ -41,7 +42,6 @@ import torch
 import nbdebug
 from nbdebug.frameworks.torch.repro import ReproUnsupported
 from nbdebug.replay.replayer import MEASURED
-from nbdebug.replay.result import ReplayMismatch
 
 VOCAB = 64
 
@@ -243,37 +243,35 @@ def _noisy_run(replay_at=None, tmp_path=None):
         opt.step()
         return loss
 
-    losses, replays = [], []
+    losses, replays, folder = [], [], None
     try:
         for s in range(4):
             losses.append(train_step(torch.ones(5, 4)).detach())
             if s == replay_at:
                 state = gen.get_state()
-                with pytest.warns(ReplayMismatch):
-                    replays += [dbg.replay(s, level=lv) for lv in ("mix", "L0")]
+                replays += [dbg.replay(s, level=lv) for lv in ("mix", "L0")]
                 assert torch.equal(gen.get_state(), state)  # the live generator is where the live step left it
                 if tmp_path is not None:
-                    with pytest.raises(ReproUnsupported, match="'gen', a Generator the script cannot rebuild"), \
-                            pytest.warns(ReplayMismatch):  # save_repro replays the step first
-                        dbg.save_repro(tmp_path / "r", s)
-                    assert not (tmp_path / "r").exists()
+                    folder = dbg.save_repro(tmp_path / "r", s)
     finally:
         dbg.close()
-    return losses, replays, model
+    return losses, replays, model, folder
 
 
-def test_a_replay_leaves_the_steps_own_generator_where_the_live_run_left_it(tmp_path):
-    """A ``torch.Generator`` of the step's own is outside the kept state (README: such a step does not replay
-    bitwise, and the replay says so), but the replay drew its noise from the live generator and left it
-    advanced: the live run after a replay differed from one without. A replay puts the live state of the
-    generators the step function reaches back now; save_repro still refuses such a step, with the reason."""
-    want, _, plain = _noisy_run()
-    got, replays, model = _noisy_run(replay_at=1, tmp_path=tmp_path)
-    assert [r.bitwise for r in replays] == [False, False]
-    assert all("generator" in r.reason for r in replays)
+def test_a_step_drawing_from_its_own_generator_replays_bitwise_and_leaves_it_where_it_was(tmp_path):
+    """A ``torch.Generator`` of the step's own (reached through its closure) was outside the kept state: the
+    replay drew other noise (not bitwise) and left the live generator advanced, so the live run after a replay
+    differed from one without. Its state when the step started is kept with the step now: the replay is
+    bitwise, the live generator is put back, and save_repro's script rebuilds it (the loss bitwise)."""
+    want, _, plain, _ = _noisy_run()
+    got, replays, model, folder = _noisy_run(replay_at=1, tmp_path=tmp_path)
+    assert [r.bitwise for r in replays] == [True, True], [r.reason for r in replays]
     assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), plain.state_dict().values(),
                                                      strict=True))
+    status, printed, g = _run_script(folder)
+    assert status == 0 and "bitwise identical" in printed, printed
+    assert torch.equal(g["loss"].detach(), want[1])
 
 
 def test_save_repro_refuses_a_sequential_it_would_rebuild_empty(tmp_path):

@@ -90,8 +90,9 @@ def compare(live: Any, replayed: Any, skip: tuple[str, ...] = ()) -> list[Mismat
 
 #: why a replay may not be bitwise, when nothing more specific is known
 GENERIC_REASONS = (
-    "something the step depends on is not in the kept state: a torch.Generator of your own (dropout or "
-    "sampling with generator=), randomness outside Python's random, NumPy's and torch's global generators, "
+    "something the step depends on is not in the kept state: a torch.Generator the step function does not "
+    "reach through its closure or globals (one a module holds), randomness outside Python's random, NumPy's and "
+    "torch's global generators, "
     "Python state the step changes (a counter, a cache, an iterator read inside the step instead of a batch "
     "passed as an argument), or nondeterministic kernels (torch.use_deterministic_algorithms(False) on a GPU)")
 

@@ -204,9 +204,9 @@ class StepState:
         self.optimizers: list[tuple[Any, dict, list[dict]]] = []  # (optimizer, state by param index, groups)
         self.scalers: list[tuple[Any, dict[str, Any]]] = []
         self.schedulers: list[tuple[Any, dict]] = []
-        #: the step function's own ``torch.Generator`` s: not kept (a replay draws other numbers, and says so),
-        #: but a replay puts their live state back
-        self.generators: list[Any] = []
+        #: the step function's own ``torch.Generator`` s (``generator=`` noise, sampling) and their states when
+        #: the step started: a replay draws the same numbers, and puts their live state back after
+        self.generators: list[tuple[Any, torch.Tensor]] = []
         self.training: list[bool] = []
         self.rng: dict[str, Any] = {}
         self.args: tuple = ()
@@ -256,7 +256,9 @@ class StepState:
             for sched, sd in self.schedulers:
                 live.schedulers.append((sched, _cloned(sched.state_dict())))
                 sched.load_state_dict(_cloned(sd))
-            live.generators = [(gen, gen.get_state()) for gen in self.generators]
+            live.generators = [(gen, gen.get_state()) for gen, _st in self.generators]
+            for gen, st in self.generators:
+                gen.set_state(st)
             set_rng_state(self.rng)
         except BaseException:
             live.restore()
@@ -379,7 +381,7 @@ def keep(model: Any, objects: Mapping[str, list[Any]], args: tuple, kwargs: dict
             s.scalers.append((sc, attrs))
         for sched in objects.get("schedulers", ()):
             s.schedulers.append((sched, _cloned(sched.state_dict())))
-        s.generators = list(objects.get("generators", ()))
+        s.generators = [(gen, gen.get_state()) for gen in objects.get("generators", ())]
         cp.flush()
         s.rng = rng_state()
         s.args = _walk(args, lambda p, t: clone_tensor(t), "args", s.problems)

@@ -228,7 +228,7 @@ def bindings(fn: Any, model: Any, objects: dict[str, list[Any]]) -> list[str]:
         if v is model:
             lines.append(f"{name} = model")
             continue
-        found = next((f"{kind}[{i}]" for kind, objs in objects.items() if kind != "generators"
+        found = next((f"{kind}[{i}]" for kind, objs in objects.items()
                       for i, o in enumerate(objs) if o is v),
                      None)  # the object itself first: a scheduler's .optimizer is an optimizer too
         found = found or next((f"optimizers[{i}]" for i, o in enumerate(objects.get("optimizers", []))
@@ -307,6 +307,10 @@ def _state_tensors(model: Any, state: Any, objects: dict[str, list[Any]], tensor
         plain = {k: v for k, v in attrs.items() if k != "_per_optimizer_states"}
         out["scalers"].append({"device": getattr(sc, "_device", "cpu"), "attrs": encode(plain, tensors, f"scaler{i}")})
     out["schedulers"] = [_scheduler(i, sched, sd, objects, tensors) for i, (sched, sd) in enumerate(state.schedulers)]
+    out["generators"] = []  # the step's own torch.Generators: device and state when the step started
+    for i, (gen, st) in enumerate(getattr(state, "generators", ())):
+        tensors[f"generator{i}"] = st
+        out["generators"].append(str(gen.device))
     rng = state.rng
     tensors["rng/torch"] = rng["torch"]
     tensors["rng/numpy"] = torch.from_numpy(rng["numpy"][1].astype(np.int64))
@@ -376,6 +380,10 @@ for s in S["scalers"]:
     for k, v in decode(s["attrs"]).items():
         setattr(sc, k, v)
     scalers.append(sc)
+generators = []
+for i, device in enumerate(S.get("generators", [])):  # the step's own, in the state the step started from
+    generators.append(torch.Generator(device=device))
+    generators[-1].set_state(T["generator{}".format(i)])
 schedulers = []
 for s in S["schedulers"]:  # rebuilt without its constructor (which would step it): its state_dict, loaded
     cls = getattr(importlib.import_module(s["class"][0]), s["class"][1])
