@@ -256,7 +256,8 @@ def test_unreplayable_steps_say_why():
     for _ in range(3):
         train_step(torch.ones(1, 2), Log())
     assert dbg.replay_steps == [1, 2]
-    with pytest.raises(NotRetainedError, match="kept: 1, 2"):
+    with pytest.raises(NotRetainedError, match=r"only the last 2 steps run through a step function can be "
+                                               r"replayed \(kept: 1, 2\)"):
         dbg.replay(0)
     with pytest.raises(ReplayRefused, match=r"args\[1\] is a Log, a mutable value"):
         dbg.replay(2)

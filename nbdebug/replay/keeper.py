@@ -258,8 +258,9 @@ class Keeper:
         if step in self.refused:
             raise NotRetainedError(self.refused[step])
         have = ", ".join(map(str, self.kept)) or "none"
-        raise NotRetainedError(f"the state step {step} started from is not kept: the last {self.window} steps run "
-                               f"through a step function are (kept: {have}); Debugger(replay_window=N) keeps more")
+        last = "the last step" if self.window == 1 else f"the last {self.window} steps"
+        raise NotRetainedError(f"the state step {step} started from is not kept: only {last} run through a step "
+                               f"function can be replayed (kept: {have}); Debugger(replay_window=N) keeps more")
 
     def check_can_replay(self) -> None:
         dbg = self.dbg
