@@ -186,3 +186,89 @@ def test_save_repro_rebuilds_an_lr_scheduler_and_refuses_a_lambda(tmp_path, monk
         dbg.save_repro(tmp_path / "repro2")
     dbg.close()
     sys.modules.pop("divmodel", None)
+
+
+
+def test_save_repro_checks_every_parameter_after_the_step(tmp_path, monkeypatch):
+    from nbdebug.frameworks.torch import repro as torch_repro
+
+    monkeypatch.setattr(torch_repro, "_SAFETENSORS", False)  # .npy files: one tensor is altered below
+    (tmp_path / "divmodel.py").write_text(MODEL_SOURCE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "divmodel", raising=False)
+    import divmodel
+
+    torch.manual_seed(0)
+    model = divmodel.make()
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    dbg = nbdebug.Debugger(model, level="L0", replay_window=2)
+
+    @dbg.step_fn
+    def train_step(x):
+        opt.zero_grad()
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        opt.step()
+        return loss
+
+    for _ in range(3):
+        train_step(torch.rand(3, 4) + 0.5)
+    folder = dbg.save_repro(tmp_path / "step1", 1, model_factory="divmodel:make")  # not the last: from the replay
+    r = _run(folder, pythonpath=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "Parameters after the step: 4 bitwise identical" in r.stdout
+    manifest = json.loads((tmp_path / "step1" / "manifest.json").read_text())
+    assert manifest["after"] == ["fc1.bias", "fc1.weight", "fc2.bias", "fc2.weight"]
+    # the values are the live run's after step 1: the pre-step state step 2 kept
+    after = nbdebug.load_repro(folder).meta["arrays"]
+    start2 = dbg._replay.get(2).state.tensors
+    for name in manifest["after"]:
+        assert after["after/" + name].tobytes() == start2["param:" + name].numpy().tobytes(), name
+    # a broken folder: one parameter's expected value altered by one bit
+    path = tmp_path / "step1" / manifest["tensors"]["tensors"]["after/fc2.bias"]["file"]
+    arr = np.load(path)
+    arr.view(np.int32)[0] ^= 1
+    np.save(path, arr)
+    r = _run(folder, pythonpath=tmp_path)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "bitwise identical" in r.stdout.splitlines()[0]  # the loss still is
+    assert "Parameters after the step: 1 of 4 DIFFER: fc2.bias" in r.stdout
+    dbg.close()
+
+
+def test_save_repro_after_a_replay_that_is_not_bitwise(tmp_path, monkeypatch):
+    """A replay that is not bitwise (the step reads a module value changed since) cannot stand for the live
+    parameters: the last step's come from the live model, an earlier step's are reported as not checked."""
+    (tmp_path / "scaled.py").write_text(MODEL_SOURCE + "\n\nFACTOR = 1.0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "scaled", raising=False)
+    import scaled
+
+    torch.manual_seed(0)
+    model = scaled.make()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    dbg = nbdebug.Debugger(model, level="L0", replay_window=2)
+
+    @dbg.step_fn
+    def train_step(x):
+        opt.zero_grad()
+        loss = (model(x) * scaled.FACTOR).pow(2).mean()
+        loss.backward()
+        opt.step()
+        return loss
+
+    for _ in range(2):
+        train_step(torch.rand(3, 4) + 0.5)
+    monkeypatch.setattr(scaled, "FACTOR", 3.0)  # the replays compute something else than the live steps did
+    with pytest.warns(nbdebug.replay.ReplayMismatch):
+        last = dbg.save_repro(tmp_path / "last", 1, model_factory="scaled:make")
+    r = _run(last, pythonpath=tmp_path)  # the script imports scaled afresh: FACTOR 1.0, as the live run had
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "Parameters after the step: 4 bitwise identical" in r.stdout
+    assert json.loads((tmp_path / "last" / "manifest.json").read_text())["after_note"].endswith("last step")
+    with pytest.warns(nbdebug.replay.ReplayMismatch):
+        first = dbg.save_repro(tmp_path / "first", 0, model_factory="scaled:make")
+    r = _run(first, pythonpath=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "Parameters after the step: NOT CHECKED, step 0's replay cannot stand for the live run" in r.stdout
+    dbg.close()

@@ -4,7 +4,8 @@ folder that recomputes it in a fresh process, for a bug report or a colleague.
 The folder holds ``manifest.json`` (versions, the step, how to rebuild the model and optimizers, the
 arguments' structure, RNG states as JSON), the tensors (``tensors.safetensors``, or ``tensors/*.npy`` with
 the index in the manifest), ``stats.json`` (the replayed step's graph and statistics at ``mix``) and a
-generated ``repro.py``. ``python repro.py`` rebuilds the step and checks its loss — or, with ``node=``,
+generated ``repro.py``. ``python repro.py`` rebuilds the step and checks its loss and the parameters it
+left (the live run's: a bitwise replay's, or the live model's after its last step) — or, with ``node=``,
 calls that op on its saved inputs and checks its output — bit for bit (exit status 0 when identical).
 :func:`load_repro` reads the JSON and arrays only: nothing in the folder is imported, executed or
 unpickled.
@@ -18,6 +19,7 @@ FileNotFoundError: ... is not a reproduction folder (no manifest.json): write on
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import platform
@@ -109,6 +111,22 @@ def store_reason(session: Any, node: str, slot: str, which: str) -> str:
     return session.store.reason((node, slot), which) or f"no value retained for {node} {slot}"
 
 
+def live_after(dbg: Any, kept: Any, replayed: Any, left: dict[str, Any], model: Any,
+               after_step: Any) -> tuple[dict[str, Any] | None, str]:
+    """The parameters the live run had after step ``kept.step``, and how they were obtained: the replay's
+    when it was bitwise (its post-step parameters are the live ones), else the live model's when the step is
+    the last one and no step started since; else None and why not."""
+    if replayed.bitwise and left:
+        return left, "from the bitwise replay"
+    keeper = dbg._replay
+    last = kept.step == max(keeper.kept) and not keeper.in_step and dbg.session.step_index == kept.step + 1
+    if last:
+        return after_step(kept.state, model), "from the live model after its last step"
+    why = "its replay failed" if replayed.error else "its replay was not bitwise"
+    return None, (f"step {kept.step}'s replay cannot stand for the live run ({why}) and later steps have "
+                  f"changed the live parameters: re-save right after the step to check them")
+
+
 def save_repro(dbg: Any, path: Any, step: Any = "last", node: str | None = None, *,
                model_factory: str | None = None) -> str:
     """Write the reproduction folder of ``step`` (``node``: of that op only); returns its path."""
@@ -134,10 +152,12 @@ def save_repro(dbg: Any, path: Any, step: Any = "last", node: str | None = None,
 
     left: dict[str, Any] = {}  # the values the step left, where the framework's script checks them
     after_step = getattr(fw, "after_step", None) if node is None else None
-    replayed = replay(dbg, kept, "mix", tap=tap if node is not None else None,
-                      after=(lambda: left.update(after_step(kept.state))) if after_step is not None else None,
-                      keep=(node,) if node is not None else ())
     model = dbg._adapter.model_ref()
+    honest = after_step is not None and "after_note" in inspect.signature(fw.save_step).parameters
+    read = (lambda: left.update(after_step(kept.state, model))) if honest else \
+        (lambda: left.update(after_step(kept.state)))
+    replayed = replay(dbg, kept, "mix", tap=tap if node is not None else None,
+                      after=read if after_step is not None else None, keep=(node,) if node is not None else ())
     version, _device = dbg.backend.info(model)
     header = (f"Reproduction of step {kept.step}" + (f", op {node}" if node else "") +
               f", written by nbdebug {_version()} ({dbg.backend.name} {version}, Python {platform.python_version()})."
@@ -158,6 +178,8 @@ def save_repro(dbg: Any, path: Any, step: Any = "last", node: str | None = None,
         else:
             expected = kept.outputs[0] if kept.outputs else None
             more = {"after": left} if after_step is not None else {}
+            if honest:
+                more["after"], more["after_note"] = live_after(dbg, kept, replayed, left, model, after_step)
             out = fw.save_step(folder, model, kept.state, kept.fn, kept.objects, expected, model_factory, header,
                                **more)
     except BaseException:  # refused (a name the script cannot rebuild…): nothing left behind

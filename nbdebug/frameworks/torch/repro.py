@@ -6,7 +6,8 @@ started from (parameters, buffers, gradients, optimizer state, scaler, RNG state
 script that rebuilds the model (``model_factory="module:function"``; a HuggingFace model from its class
 and ``config.to_dict()``; else a class importable with no constructor argument), the optimizers (class
 and hyper-parameters), runs the step function's own source with its names bound to those objects, and
-checks the loss bit for bit. :func:`save_op` writes one op's arguments and output and a script calling it.
+checks the loss and every parameter after the step (``after/<name>``, the live run's values) bit for bit.
+:func:`save_op` writes one op's arguments and output and a script calling it.
 
 >>> import torch, tempfile, os
 >>> d = tempfile.mkdtemp()
@@ -399,10 +400,19 @@ torch.set_rng_state(T["rng/torch"])
 '''
 
 
+def after_step(state: Any, model: Any) -> dict[str, torch.Tensor]:
+    """Every parameter of ``model`` as the step left it (read at the end of a bitwise replay, before the live
+    values go back; or from the live model right after its last step)."""
+    with torch._C.DisableTorchFunction():
+        return {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
 def save_step(folder: str, model: Any, state: Any, fn: Any, objects: dict[str, list[Any]], expected: Any,
-              factory: str | None, header: str) -> dict[str, Any]:
-    """The step's pre-step state, batch and expected loss to tensor files, and ``repro.py`` running it."""
-    tensors: dict[str, torch.Tensor] = {}
+              factory: str | None, header: str, after: dict[str, torch.Tensor] | None = None,
+              after_note: str = "") -> dict[str, Any]:
+    """The step's pre-step state, batch, expected loss and post-step parameters (``after``; None: not known,
+    ``after_note`` says why — the script prints it) to tensor files, and ``repro.py`` running it."""
+    tensors: dict[str, torch.Tensor] = {f"after/{n}": t for n, t in (after or {}).items()}
     recipe = model_recipe(model, factory)
     binds = bindings(fn, model, objects)
     source = step_source(fn)
@@ -410,7 +420,8 @@ def save_step(folder: str, model: Any, state: Any, fn: Any, objects: dict[str, l
                                 "state": _state_tensors(model, state, objects, tensors),
                                 "args": encode(tuple(state.args), tensors, "args"),
                                 "kwargs": encode(dict(state.kwargs), tensors, "kwargs"),
-                                "expected": encode(expected, tensors, "expected") if expected is not None else None}
+                                "expected": encode(expected, tensors, "expected") if expected is not None else None,
+                                "after": None if after is None else sorted(after), "after_note": after_note}
     manifest["tensors"] = write_tensors(folder, tensors)
     script = (f'"""{header}"""\nimport importlib\nimport json\nimport os\nimport random\nimport sys\n\n'
               f'import numpy as np\nimport torch\n\nsys.path.insert(0, os.getcwd())\n' + _LOAD + _DECODE + _CHECK +
@@ -424,6 +435,15 @@ expected = decode(M["expected"]) if M["expected"] is not None else None
 ok = expected is None or same_bits(loss.detach(), expected)
 print("step {{}}: loss".format(M.get("step")), loss.item() if loss.numel() == 1 else tuple(loss.shape),
       "bitwise identical" if ok else "DIFFERS from {{}}".format(expected))
-sys.exit(0 if ok else 1)
+differ = []
+if M.get("after") is None:
+    print("Parameters after the step: NOT CHECKED,", M.get("after_note") or "the live values were not saved")
+else:
+    named = dict(model.named_parameters())
+    differ = [n for n in M["after"] if n not in named or not same_bits(named[n].detach(), T["after/" + n])]
+    print("Parameters after the step:", "{{}} bitwise identical".format(len(M["after"])) if not differ else
+          "{{}} of {{}} DIFFER: {{}}".format(len(differ), len(M["after"]), ", ".join(differ[:5]) +
+                                         (", ..." if len(differ) > 5 else "")))
+sys.exit(0 if ok and not differ else 1)
 ''')
     return {"manifest": manifest, "script": script}
