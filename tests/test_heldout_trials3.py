@@ -35,6 +35,8 @@ full-resolution steps, a folded spike kept in its block.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -368,7 +370,7 @@ class NoisyBuffer(torch.nn.Module):
 
 
 @pytest.mark.parametrize("level", ["L1", "mix"])
-def test_an_uninitialized_write_target_has_no_statistics_and_the_step_replays_bitwise(level):
+def test_an_uninitialized_write_target_has_no_statistics_and_the_step_replays_bitwise(level, tmp_path):
     """At L1/mix the target of an in-place write made by ``torch.empty_like`` (HF's grouped MoE: Mixtral's
     ``inv_perm``) was measured as ``Tensor.__setitem__``'s ``input.0``: uninitialized memory, different in every
     run, so a replay of the step was reported not bitwise (and a NaN left in reused memory could fire TO).
@@ -376,7 +378,7 @@ def test_an_uninitialized_write_target_has_no_statistics_and_the_step_replays_bi
     torch.manual_seed(0)
     model = torch.nn.Sequential(Unpermute(), NoisyBuffer())
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    dbg = nbdebug.Debugger(model, level=level)
+    dbg = nbdebug.Debugger(model, level=level, dump_dir=str(tmp_path), task="statistics")
     dbg.watch("TO")
 
     @dbg.step_fn
@@ -390,7 +392,10 @@ def test_an_uninitialized_write_target_has_no_statistics_and_the_step_replays_bi
     try:
         for _ in range(2):
             train_step(torch.randn(64, 4))
+        (dump,) = [json.loads(p.read_text()) for p in tmp_path.glob("step1/**/dump.json")]
         for node in ("Tensor.__setitem__.0.forward", "Tensor.normal_.0.forward"):
+            entry = dump["data"][node]["input_args"][0]  # the dump says what the statistics say: none
+            assert entry["Max"] is None and entry["Norm"] is None, entry
             st = dbg.stats(node, "input.0")
             assert "uninitialized memory" in str(st.get("unsupported")), (node, st)
             assert st["nan_count"] == 0 and st["max"] is None

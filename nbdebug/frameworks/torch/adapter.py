@@ -44,6 +44,7 @@ from .op_calls import (
 from .op_mode import OpMode
 from .ops import TorchOps, TorchRef
 from .recompute import STOPPED
+from .stats import UNINITIALIZED
 
 __all__ = ["LEVELS", "TorchAdapter", "mutated_args"]
 
@@ -54,7 +55,6 @@ _GETITEM = torch.Tensor.__getitem__
 #: has no statistics — the bytes are no value the model computed, different in every run
 _UNINITIALIZED = frozenset({torch.empty, torch.empty_like, torch.empty_strided, torch.Tensor.new_empty,
                             torch.Tensor.new_empty_strided})
-UNINITIALIZED = "unsupported: uninitialized memory (made by {}, not written yet)"
 
 
 _LIVE: weakref.WeakSet = weakref.WeakSet()

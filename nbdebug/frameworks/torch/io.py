@@ -40,12 +40,14 @@ from ...session.level import Level
 from ..core.snapshot import Snap, untap
 from ..encode import describe_plain
 from .op_calls import mutated_args
+from .stats import UNINITIALIZED
 from .stats import _functorch_wrapped as _wrapped  # a vmap / torch.func tensor: no storage, no data
 
 _INPLACE_DUNDERS = frozenset({
     "__iadd__", "__isub__", "__imul__", "__itruediv__", "__setitem__", "__ifloordiv__", "__imod__", "__ipow__",
     "__iand__", "__ior__", "__ixor__", "__ilshift__", "__irshift__",
 })
+_UNWRITTEN = UNINITIALIZED.split(" (")[0]  # the reason's constant part
 _NP_SCALARS = (np.integer, np.floating, np.bool_, np.complexfloating, np.str_, np.bytes_)
 _FP8 = tuple(getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
              if hasattr(torch, n))
@@ -321,12 +323,20 @@ class TorchIO:
         return isinstance(x, torch.Tensor)
 
     def snapshot(self, t: torch.Tensor, *, data: bool, crc: bool) -> Snap:
-        """Statistics now (device-side), plus a private copy when the file or the CRC needs the value."""
+        """Statistics now (device-side), plus a private copy when the file or the CRC needs the value (none of
+        either for memory nobody wrote yet: the capture's record of ``t`` says so, as its statistics do)."""
+        if self._unwritten(t):
+            return Snap(str(t.dtype), [int(s) for s in t.shape], bool(t.requires_grad), (None,) * 4, None, None)
         with torch._C.DisableTorchFunction():
             copy = _copy(t) if (data or crc) and t.numel() and not t.is_meta and t.layout is torch.strided \
                 and not _wrapped(t) else None
             return Snap(str(t.dtype), [int(s) for s in t.shape], bool(t.requires_grad),
                              tensor_stats(t, self.precision), copy if data else None, copy if crc else None)
+
+    def _unwritten(self, t: torch.Tensor) -> bool:
+        seen = self.adapter._seen.get(id(t)) if self.adapter is not None else None
+        return seen is not None and seen.why is not None and seen.why.startswith(_UNWRITTEN) and \
+            seen.ref() is t and seen.version == t._version
 
     leaf_types = _LEAF_TYPES
     snap_class = Snap

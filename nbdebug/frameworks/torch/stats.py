@@ -40,6 +40,8 @@ _FAST_CODES = codes_for((torch.float32, torch.float64, torch.float16, torch.bflo
 #: a tensor inside ``torch.vmap`` / ``torch.func`` (a functorch wrapper: CPU, strided, no storage of its own)
 _functorch_wrapped = getattr(torch._C._functorch, "is_functorch_wrapped_tensor", lambda t: False)
 NO_STORAGE = "unsupported: a tensor inside torch.vmap / torch.func (functorch-wrapped, no storage of its own)"
+#: the reason of memory nobody wrote yet (``torch.empty_like``'s result before an op writes it)
+UNINITIALIZED = "unsupported: uninitialized memory (made by {}, not written yet)"
 
 
 def unsupported_reason(t: torch.Tensor) -> str | None:
