@@ -141,7 +141,10 @@ def array_meta(arr: np.ndarray) -> dict[str, Any]:
 
 
 def array_frame(arr: np.ndarray) -> memoryview:
-    return memoryview(np.ascontiguousarray(arr)).cast("B")
+    """The bytes of ``arr`` (C order) as one frame; its shape travels in :func:`array_meta`. Flat first: a
+    memoryview of an empty array of two dimensions (a monitor-level step's table, 0 rows × FIELDS) cannot
+    be cast to bytes."""
+    return memoryview(np.ascontiguousarray(arr).reshape(-1)).cast("B")
 
 
 def frame_array(meta: Mapping[str, Any], frame: Any) -> np.ndarray:
