@@ -55,7 +55,7 @@ from ..session.stats import COL
 from ..ui.source import SourceView, as_source
 from ..watch.watchpoints import HitRecord, count_hits
 from .odd_rank import OddRankWatch
-from .summary import StepSummary, summarize_table
+from .summary import StepSummary, monitor_origin, summarize_table
 
 #: seconds a rank that just finished the target step gets to pause there before it counts as past it
 SETTLE_S = 0.5
@@ -174,6 +174,8 @@ class Job:
         out = {step for _rank, step in list(self._cache)}  # as of now: a rank's thread may summarise meanwhile
         for src in self._sources.values():
             out.update(getattr(src.session, "steps", {}) or {})
+            if _monitor_level(src):
+                out.update(int(x) for x in src.session.monitor.recent()[0])
             sent = getattr(src, "summary_steps", None)
             if sent is not None:  # a remote rank in summary mode: the steps it sent summaries of
                 out.update(sent())
@@ -228,6 +230,14 @@ class Job:
                 cached = self._cache[(rank, step)] = replace(cached, hits=hits)
             return cached
         session = src.session
+        if _monitor_level(src):  # no tables: the step's monitor row (all of them, also after a reconnect)
+            row = session.monitor.row(step)
+            if not row:
+                return None
+            loss = row.get(("Run", "loss"))
+            out = StepSummary(rank, step, 0, 0, 0, None, loss, hits, monitor_origin(row))
+            self._cache[(rank, step)] = out
+            return out
         if step not in (getattr(session, "steps", {}) or {}):
             return None
         try:
@@ -481,6 +491,11 @@ def _any_nonfinite(table: Any) -> bool:
     v = table.values
     return bool(len(table)) and bool(np.nansum(v[:, [COL["nan_count"], COL["pos_inf_count"], COL["neg_inf_count"]]]) > 0
                                     or not np.isfinite(v[:, [COL["max"], COL["min"]]]).all())
+
+
+def _monitor_level(src: Any) -> bool:
+    """A rank at the monitor level (no statistics tables: its steps are its monitor's rows)."""
+    return getattr(src, "level", None) == "monitor" and getattr(src.session, "monitor", None) is not None
 
 
 def _computed_forward(node: Any) -> bool:

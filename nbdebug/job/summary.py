@@ -106,3 +106,35 @@ def summarize_table(table: Any, *, rank: int, step: int, origin: tuple[str, str]
     if origin is not None:
         where = (origin[0], origin[1], int(table.index.get(tuple(origin), -1)))
     return StepSummary(rank, step, n, int((bad > 0).sum()), int(bad.sum()), max_abs, loss, hits, where)
+
+
+#: the order a monitor row's non-finite series are taken in for a step's origin: forward module outputs, the
+#: gradients coming into the modules' backward, the parameters' series, then the run's (loss, total grad norm)
+_MONITOR_ORDER = (("Module.", ("output_norm", "output_max_abs")), ("Module.", ("grad_input_norm",)),
+                  ("Parameter.", None), ("", None))
+
+
+def monitor_origin(row: Mapping[tuple[str, str], float]) -> tuple[str, str, int] | None:
+    """``(series, field, position)`` of a monitor-level step's non-finite origin from its monitor ``row``
+    (``{(name, field): value}`` in recording order — a module before the modules it calls), None when the
+    row is finite. The first non-finite forward output of a module none of whose own submodules' outputs is
+    non-finite (where the NaN was made), else the first non-finite series in :data:`_MONITOR_ORDER`;
+    ``position`` orders origins of ranks in the same step (a rank that made the NaN in its forward comes
+    before one whose gradients received it through the allreduce).
+
+    >>> monitor_origin({("Module.m.M", "output_norm"): float("nan"), ("Module.m.a.A", "output_norm"): 1.0,
+    ...                 ("Module.m.b.B", "output_norm"): float("inf"), ("Run", "loss"): float("nan")})
+    ('Module.m.b.B', 'output_norm', 2)
+    >>> monitor_origin({("Run", "loss"): 2.0}) is None
+    True
+    """
+    keys = list(row)
+    bad = [k for k in keys if not np.isfinite(row[k])]
+    for rank_, (prefix, fields) in enumerate(_MONITOR_ORDER):
+        mine = [k for k in bad if k[0].startswith(prefix) and (fields is None or k[1] in fields)]
+        if rank_ == 0:
+            mine = [k for k in mine if not any(o[0].startswith(k[0].rsplit(".", 1)[0] + ".") and o[0] != k[0]
+                                              for o in mine)]  # a name is its path and its class
+        if mine:
+            return mine[0][0], mine[0][1], rank_ * len(keys) + keys.index(mine[0])
+    return None
