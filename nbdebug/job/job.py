@@ -175,7 +175,7 @@ class Job:
         for src in self._sources.values():
             out.update(getattr(src.session, "steps", {}) or {})
             if _monitor_level(src):
-                out.update(int(x) for x in src.session.monitor.recent()[0])
+                out.update(src.session.monitor.present([])[0].tolist())  # its steps (no column read)
             sent = getattr(src, "summary_steps", None)
             if sent is not None:  # a remote rank in summary mode: the steps it sent summaries of
                 out.update(sent())
