@@ -13,7 +13,8 @@ shard), and in the second trial hold a NaN at step N.
 Before ``protocol.array_frame`` flattened its array, no step of a monitor-level process ever reached the notebook
 (a monitor-level step's statistics table is empty, 0 rows × FIELDS, and a memoryview of such an array cannot be
 cast to bytes: the agent's step handler raised on every step), so no remote watchpoint over the monitor series
-could fire.
+could fire. Before the job read a monitor-level rank's steps and summaries from its monitor rows
+(``job/summary.py``'s ``monitor_origin``), ``job.first_nonfinite()`` answered None for such a job.
 """
 
 from __future__ import annotations
