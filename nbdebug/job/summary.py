@@ -109,9 +109,10 @@ def summarize_table(table: Any, *, rank: int, step: int, origin: tuple[str, str]
 
 
 #: the order a monitor row's non-finite series are taken in for a step's origin: forward module outputs, the
-#: gradients coming into the modules' backward, the parameters' series, then the run's (loss, total grad norm)
-_MONITOR_ORDER = (("Module.", ("output_norm", "output_max_abs")), ("Module.", ("grad_input_norm",)),
-                  ("Parameter.", None), ("", None))
+#: gradients coming into the modules' backward (a module's series, ``Module.…`` or ``Cell.…``, are told by
+#: their fields: no framework's prefix here), the parameters' series, then the run's (loss, total grad norm)
+_MONITOR_ORDER = (("", ("output_norm", "output_max_abs")), ("", ("grad_input_norm",)), ("Parameter.", None),
+                  ("", None))
 
 
 def monitor_origin(row: Mapping[tuple[str, str], float]) -> tuple[str, str, int] | None:
@@ -125,6 +126,8 @@ def monitor_origin(row: Mapping[tuple[str, str], float]) -> tuple[str, str, int]
     >>> monitor_origin({("Module.m.M", "output_norm"): float("nan"), ("Module.m.a.A", "output_norm"): 1.0,
     ...                 ("Module.m.b.B", "output_norm"): float("inf"), ("Run", "loss"): float("nan")})
     ('Module.m.b.B', 'output_norm', 2)
+    >>> monitor_origin({("Cell.net.fc.Dense", "grad_input_norm"): float("nan"), ("Run", "loss"): 2.0})  # MindSpore
+    ('Cell.net.fc.Dense', 'grad_input_norm', 2)
     >>> monitor_origin({("Run", "loss"): 2.0}) is None
     True
     """
