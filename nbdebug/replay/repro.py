@@ -19,7 +19,6 @@ FileNotFoundError: ... is not a reproduction folder (no manifest.json): write on
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import platform
@@ -153,9 +152,7 @@ def save_repro(dbg: Any, path: Any, step: Any = "last", node: str | None = None,
     left: dict[str, Any] = {}  # the values the step left, where the framework's script checks them
     after_step = getattr(fw, "after_step", None) if node is None else None
     model = dbg._adapter.model_ref()
-    honest = after_step is not None and "after_note" in inspect.signature(fw.save_step).parameters
-    read = (lambda: left.update(after_step(kept.state, model))) if honest else \
-        (lambda: left.update(after_step(kept.state)))
+    read = lambda: left.update(after_step(kept.state, model))  # noqa: E731 - at the replay's end
     replayed = replay(dbg, kept, "mix", tap=tap if node is not None else None,
                       after=read if after_step is not None else None, keep=(node,) if node is not None else ())
     version, _device = dbg.backend.info(model)
@@ -177,8 +174,8 @@ def save_repro(dbg: Any, path: Any, step: Any = "last", node: str | None = None,
             out = fw.save_op(folder, node, (args, kwargs), call["out"], header, **more)
         else:
             expected = kept.outputs[0] if kept.outputs else None
-            more = {"after": left} if after_step is not None else {}
-            if honest:
+            more = {}
+            if after_step is not None:
                 more["after"], more["after_note"] = live_after(dbg, kept, replayed, left, model, after_step)
             out = fw.save_step(folder, model, kept.state, kept.fn, kept.objects, expected, model_factory, header,
                                **more)

@@ -159,9 +159,10 @@ sys.exit(0 if ok else 1)
 
 
 # -- the step form --------------------------------------------------------------------------------------
-def after_step(state: Any) -> dict[str, np.ndarray]:
-    """Every kept Parameter's value as the step left it (read at the end of a replay, before the live
-    values go back)."""
+def after_step(state: Any, model: Any = None) -> dict[str, np.ndarray]:
+    """Every kept Parameter's value as the step left it (read at the end of a bitwise replay, before the live
+    values go back; or from the live Parameters right after the last step). ``model``: unused (the kept
+    state names the Parameters), as PyTorch's takes it."""
     return {key: np.asarray(p.asnumpy()).copy() for key, p in state.params.items()}
 
 
@@ -178,27 +179,30 @@ def _factory(factory: str | None) -> list[str]:
     return [mod, name]
 
 
-def _state_json(state: Any, after: dict[str, np.ndarray], arrays: dict, dtypes: dict) -> dict[str, Any]:
+def _state_json(state: Any, after: dict[str, np.ndarray] | None, arrays: dict, dtypes: dict) -> dict[str, Any]:
     """The kept pre-step state as JSON (its arrays into ``arrays``)."""
     for key, arr in state.tensors.items():
         arrays[f"state/{key}"] = arr
         dtypes[f"state/{key}"] = _dtype_name(state.params[key].dtype)
-    for key, arr in after.items():
+    for key, arr in (after or {}).items():
         arrays[f"after/{key}"] = arr
         dtypes[f"after/{key}"] = _dtype_name(state.params[key].dtype)
     rng = state.rng
     arrays["rng/mindspore"], dtypes["rng/mindspore"] = np.asarray(rng["mindspore"].asnumpy()), "uint8"
     arrays["rng/numpy"], dtypes["rng/numpy"] = rng["numpy"][1].astype(np.uint32), "uint32"
-    return {"params": list(state.tensors), "after": list(after), "training": list(state.training),
+    return {"params": list(state.tensors), "after": None if after is None else list(after),
+            "training": list(state.training),
             "rng": {"python": [rng["python"][0], list(rng["python"][1]), rng["python"][2]],
                     "numpy": [rng["numpy"][0], int(rng["numpy"][2]), int(rng["numpy"][3]),
                               float(rng["numpy"][4])]}}
 
 
 def save_step(folder: str, model: Any, state: Any, fn: Any, objects: dict[str, list[Any]], expected: Any,
-              factory: str | None, header: str, after: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
-    """The step's pre-step state, batch, expected loss and post-step Parameters to tensor files, and
-    ``repro.py`` running the step the factory builds."""
+              factory: str | None, header: str, after: dict[str, np.ndarray] | None = None,
+              after_note: str = "") -> dict[str, Any]:
+    """The step's pre-step state, batch, expected loss and post-step Parameters (``after``; None: not known,
+    ``after_note`` says why — the script prints it) to tensor files, and ``repro.py`` running the step the
+    factory builds."""
     recipe = _factory(factory)
     if ms.get_context("mode") != ms.PYNATIVE_MODE:
         raise ReproUnsupported("save_repro is built for MindSpore's PyNative mode only")
@@ -208,7 +212,7 @@ def save_step(folder: str, model: Any, state: Any, fn: Any, objects: dict[str, l
         "kind": "step", "factory": recipe, "mode": "pynative",
         "step_is_cell": isinstance(getattr(fn, "__wrapped__", fn), nn.Cell),
         "optimizers": [type(o).__name__ for o in objects.get("optimizers", [])],
-        "state": _state_json(state, after or {}, arrays, dtypes),
+        "state": _state_json(state, after, arrays, dtypes), "after_note": after_note,
         "args": encode(tuple(state.args), arrays, dtypes, "args"),
         "kwargs": encode(dict(state.kwargs), arrays, dtypes, "kwargs"),
         "expected": encode(expected, arrays, dtypes, "expected") if expected is not None else None}
@@ -323,8 +327,12 @@ value = host(loss)
 print("step {}: loss".format(M.get("step")), value.item() if value.size == 1 else value.shape,
       "bitwise identical" if ok else "DIFFERS from {}".format(expected),
       "| non-finite:", not bool(np.isfinite(value.astype(np.float64)).all()))
-differ = [key for key in S["after"] if not same_bits(host(params[key]), A["after/" + key])]
-print("Parameters after the step:", "{} bitwise identical".format(len(S["after"])) if not differ else
-      "{} of {} DIFFER, first {}".format(len(differ), len(S["after"]), differ[0]))
+differ = []
+if S["after"] is None:
+    print("Parameters after the step: NOT CHECKED,", M.get("after_note") or "the live values were not saved")
+else:
+    differ = [key for key in S["after"] if not same_bits(host(params[key]), A["after/" + key])]
+    print("Parameters after the step:", "{} bitwise identical".format(len(S["after"])) if not differ else
+          "{} of {} DIFFER, first {}".format(len(differ), len(S["after"]), differ[0]))
 sys.exit(0 if ok and not differ else 1)
 '''
