@@ -29,7 +29,8 @@ trains; per-op bookkeeping weighs less against real compute), batch 2 and 64 tok
                 squeeze-excite, last channel 1,024) (2.5 M)
 ==============  ====================================================================================
 
-One step is ``zero_grad, forward, loss, backward, AdamW.step()``. Method as ``bench/overhead.py``:
+One step is ``zero_grad, forward, loss, backward, AdamW.step()`` (``--optimizer`` picks AdamW's implementation).
+Method as ``bench/overhead.py``:
 round-robin over models and configurations (order rotated per round), each configuration on a fresh
 copy of the initial weights, ``--warmup`` untimed steps then ``--steps`` timed; a configuration's figure
 is the median over rounds, its ratio that over the baseline's median. msProbe (``statistics`` task, its
@@ -45,6 +46,7 @@ Usage::
     python bench/zoo.py --clock cpu              # CPU time per step (a machine shared with other work)
     python bench/zoo.py --models gpt2,resnet --levels mix
     python bench/zoo.py --size real --no-msprobe --clock cpu   # the published sizes
+    python bench/zoo.py --optimizer foreach      # AdamW(foreach=True), what a GPU runs by default
 """
 
 from __future__ import annotations
@@ -230,13 +232,14 @@ class ZooWorkload:
     init_state: dict[str, torch.Tensor] = field(default_factory=dict)
     _i: int = 0
     _scaler: Any = None
+    optimizer: str = "single"
 
     def reset(self) -> torch.optim.Optimizer:
         self.model.load_state_dict(self.init_state)
         self.model.train()
         self._i = 0
         self._scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 8) if self.amp else None
-        return torch.optim.AdamW(self.model.parameters(), lr=1e-4)
+        return torch.optim.AdamW(self.model.parameters(), lr=1e-4, **OPTIMIZERS[self.optimizer])
 
     def step(self, opt: torch.optim.Optimizer) -> float:
         batch = self.batches[self._i % len(self.batches)]
@@ -253,6 +256,10 @@ class ZooWorkload:
             loss.backward()
             opt.step()
         return float(loss.detach())
+
+
+# AdamW's three implementations: the for-loop one (CPU's default), ``foreach`` (the default on a GPU) and fused
+OPTIMIZERS = {"single": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}
 
 
 def _tokens(g: torch.Generator, vocab: int, batch: int = 4, seq: int = 32) -> list[torch.Tensor]:
@@ -446,6 +453,7 @@ def msprobe_worker(spec: dict[str, Any]) -> dict[str, Any]:
     torch.set_num_threads(spec["threads"])
     use_clock(spec.get("clock", "wall"))
     wl = make_zoo_workload(spec["model"], spec["seed"], spec.get("size", "small"))
+    wl.optimizer = spec.get("optimizer", "single")
     local = timed(wl, wl.reset(), spec["steps"], spec["warmup"])
     tmp = tempfile.mkdtemp(prefix="nbdebug_zoo_msprobe_", dir="/tmp")
     try:
@@ -497,6 +505,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                     help="small configs (per-op bookkeeping dominates) or the models' published sizes")
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                     help="time steps by wall clock, or by this process's CPU time (a shared machine)")
+    ap.add_argument("--optimizer", choices=tuple(OPTIMIZERS), default="single",
+                    help="AdamW's implementation: single (the for-loop one, CPU's default), foreach (a GPU's "
+                    "default), fused")
     ap.add_argument("--quick", action="store_true", help="1 round, 2 steps, 1 warm-up")
     ap.add_argument("--out", default=str(HERE / "results" / "zoo.json"))
     ap.add_argument("--_worker", help=argparse.SUPPRESS)
@@ -516,6 +527,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     configs = ["baseline"] + [f"nbdebug-{lv}" for lv in levels] + \
         ([] if args.no_msprobe else [f"msprobe-{lv}" for lv in levels if lv in MSPROBE_LEVELS])
     workloads = {m: make_zoo_workload(m, args.seed, args.size) for m in models}
+    for wl in workloads.values():
+        wl.optimizer = args.optimizer
     clean = {m: _hook_census(wl.model) for m, wl in workloads.items()}
     times: dict[tuple[str, str], list[float]] = {}
     local: dict[tuple[str, str], list[float]] = {}
@@ -531,7 +544,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 else:
                     res = run_msprobe({"model": m, "level": cfg.split("-", 1)[1], "steps": args.steps,
                                        "warmup": args.warmup, "threads": args.threads, "seed": args.seed,
-                                       "clock": args.clock, "size": args.size})
+                                       "clock": args.clock, "size": args.size,
+                                       "optimizer": args.optimizer})
                     ms = res["ms"]
                     local.setdefault((m, cfg), []).append(res["local_baseline_ms"])
                 times.setdefault((m, cfg), []).append(ms)
