@@ -168,6 +168,37 @@ def test_step_in_progress_read_while_training_records_it_is_one_moment_of_it(on_
         check(table, step)
 
 
+def test_step_that_ends_while_a_reader_asks_for_it_is_read_as_finished():
+    """The reader asks for step k while it is in progress, and the training thread ends k (and starts k+1)
+    between the reader's look at the step index and its taking of the recorder: the reader gets k's finished
+    table, not the rows of the step that replaced it (seen once under load: step 220 read with step 233's
+    rows). The interleaving is forced here: the step ends exactly at the reader's take."""
+    s = Session(framework="numpy")
+    s.graph.add_node("a", kind="op", op_type="relu")
+
+    def record(value: float) -> np.ndarray:
+        s.recorder.add(("a", "output.0"), 0, "float32", (1,), 1)
+        raw = np.zeros((1, 9))
+        raw[0, FIELDS.index("max")] = raw[0, FIELDS.index("min")] = value
+        return raw
+
+    raw0 = record(5.0)
+    s.raw_source = lambda: raw0
+    take = s._in_progress
+
+    def training_ends_the_step_first(*args):
+        if s.step_index == 0:
+            s.end_step(raw0)
+            raw1 = record(7.0)  # the next step's first tensor
+            s.raw_source = lambda: raw1
+        return take(*args)
+
+    s._in_progress = training_ends_the_step_first
+    table = s.table(0)
+    assert table.keys == [("a", "output.0")]
+    assert table.values[0, FIELDS.index("max")] == 5.0
+
+
 def test_rows_queued_on_a_device_are_kept_when_another_thread_moves_them(monkeypatch):
     """Rows computed on a device wait in a queue until read; a read on another thread (the step in progress
     shown while training runs, or checked for a remote ``tensor`` request) moves the queue to the host while

@@ -300,11 +300,14 @@ class Session:
             self._partial = None
             self.step_index += 1
 
-    def _in_progress(self) -> tuple[StepRecorder, Callable[[], np.ndarray] | None, int]:
+    def _in_progress(self, step: int | None = None) -> tuple[StepRecorder, Callable[[], np.ndarray] | None, int] | None:
         """The step in progress as a reader on any thread may take it: its recorder and raw rows of one moment
         (the training thread replaces both at a step end) and how many of its tensors are recorded in full
-        (``counts`` is appended last; a raw row is written before its tensor is recorded)."""
+        (``counts`` is appended last; a raw row is written before its tensor is recorded). With ``step``:
+        None when that step is no longer the one in progress (it ended since the reader looked)."""
         with self.lock:
+            if step is not None and step != self.step_index:
+                return None
             rec, source = self.recorder, self.raw_source
         return rec, source, len(rec.counts)
 
@@ -340,12 +343,16 @@ class Session:
     # -- reading ----------------------------------------------------------------------------------
     def table(self, step: int) -> StatsTable:
         """Statistics of ``step``; the step in progress is materialized from what was captured so far."""
-        if step in self.steps:
-            return self.steps[step]
+        got = self.steps.get(step)
+        if got is not None:
+            return got
         if step in self.skipped:
             raise StatsNotRetainedError(self.skipped[step])
         if step == self.step_index:
-            rec, source, n = self._in_progress()
+            taken = self._in_progress(step)
+            if taken is None:  # it ended meanwhile (another thread reads): read it as the finished step
+                return self.table(step)
+            rec, source, n = taken
             partial = self._partial
             if partial is None or partial[0] is not rec or partial[1] != n:
                 raw = source() if source else np.zeros((0, 9))
