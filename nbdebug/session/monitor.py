@@ -209,6 +209,23 @@ class Monitor:
         i = int(np.searchsorted(steps, step))
         return int(idx[i]) if i < len(steps) and steps[i] == step else None
 
+    def column(self, key: Key) -> int | None:
+        """Series ``key``'s column (None when never recorded); a column, once given, stays the series' for
+        the run."""
+        return self._col.get(key)
+
+    def row_at(self, step: int, cols: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(values, has)`` of columns ``cols`` in ``step``'s full-resolution row, read at one moment (copies);
+        None when that step is folded or not recorded. The newest step is found without a search."""
+        with self._lock:
+            if self._count == 0:
+                return None
+            newest = (self._head + self._count - 1) % self.horizon
+            pos = newest if self._ring_steps[newest] == step else self._position(step)
+            if pos is None:
+                return None
+            return self._ring[pos, cols], self._ring_has[pos, cols]
+
     def recent(self) -> tuple[np.ndarray, np.ndarray]:
         """``(steps, rows)`` of the full-resolution part, oldest first (rows: steps × series, float32; a copy of
         every series — :meth:`columns` reads a few)."""
@@ -265,10 +282,8 @@ class Monitor:
     def value(self, step: int, name: str, field: str) -> float | None:
         """The full-resolution value of a series at ``step`` (None when not recorded there, or folded)."""
         col = self._col.get((name, field))
-        pos = self._position(step) if col is not None else None
-        if pos is None or not self._ring_has[pos, col]:
-            return None
-        return float(self._ring[pos, col])
+        got = self.row_at(step, np.array([col])) if col is not None else None
+        return float(got[0][0]) if got is not None and got[1][0] else None
 
     def row(self, step: int) -> dict[Key, float]:
         """Every series' full-resolution value at ``step`` ({} when folded or not recorded)."""
@@ -282,12 +297,12 @@ class Monitor:
 
     def nonfinite(self, step: int) -> dict[Key, float]:
         """The series whose value at ``step`` is NaN or ±Inf ({} when none, folded or not recorded)."""
-        pos = self._position(step)
-        if pos is None:
+        keys = list(self.keys)  # columns are only ever added: these stay valid
+        got = self.row_at(step, np.arange(len(keys)))
+        if got is None:
             return {}
-        n = len(self.keys)
-        bad = np.flatnonzero(~np.isfinite(self._ring[pos, :n]) & self._ring_has[pos, :n])
-        return {self.keys[i]: float(self._ring[pos, i]) for i in bad.tolist()}
+        vals, has = got
+        return {keys[i]: float(vals[i]) for i in np.flatnonzero(~np.isfinite(vals) & has).tolist()}
 
     @property
     def nbytes(self) -> int:

@@ -175,18 +175,11 @@ class SeriesReader:
     def _monitor_values(self, step: int, keys: list[Key], out: np.ndarray,
                         has: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         mon = self.monitor
-        if mon is None or mon.last_step is None or not mon._count:
+        if mon is None:
             return out, has
-        if mon.last_step == step:  # the live case: the newest row, no copy of the ring
-            at = (mon._head + mon._count - 1) % mon.horizon
-            row, row_has = mon._ring[at], mon._ring_has[at]
-        else:
-            pos = mon._position(step)
-            if pos is None:
-                return out, has
-            row, row_has = mon._ring[pos], mon._ring_has[pos]
-        cols = self._map(("m", id(keys), len(keys), len(mon.keys)), keys, mon._col.get)
+        cols = self._map(("m", id(keys), len(keys), len(mon.keys)), keys, mon.column)
         ok = cols >= 0
-        out[ok] = row[cols[ok]]
-        has[ok] = row_has[cols[ok]]
+        got = mon.row_at(step, cols[ok])
+        if got is not None:
+            out[ok], has[ok] = got
         return out, has
