@@ -389,3 +389,29 @@ def test_weights_changed_between_steps_are_measured_again():
             assert got[("Parameter.0.weight", "update_norm")] == pytest.approx(ref[step][1], rel=1e-5), step
     finally:
         dbg.close()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_norms_of_tiny_tensors_are_not_lost_to_underflow(dtype):
+    """Gradients ~1e-13 make AdamW's ``exp_avg_sq`` ~1e-29: its squares underflow in float32 (and bfloat16's
+    own range), so a norm summed in float32 read 0 (or was off by percents) where the tensor is not zero.
+    Every parameter series equals the norm of the very tensor, taken in float64."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(5, 3).to(dtype)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    dbg = nbdebug.Debugger(model, level="monitor")
+    x = torch.randn(4, 5, dtype=dtype)
+    for _ in range(2):
+        opt.zero_grad()
+        (model(x).float().sum() * 1e-13).backward()
+        grads = {q: p.grad.detach().double().norm().item() for q, p in model.named_parameters()}
+        opt.step()
+    mon = dbg.session.monitor
+    step = mon.last_step
+    for q, p in model.named_parameters():
+        st = opt.state[p]
+        for field, want in (("grad_norm", grads[q]), ("exp_avg_norm", st["exp_avg"].double().norm().item()),
+                            ("exp_avg_sq_norm", st["exp_avg_sq"].double().norm().item())):
+            assert want > 0, (q, field)
+            assert mon.value(step, f"Parameter.{q}", field) == pytest.approx(want, rel=1e-6, abs=0), (q, field)
+    dbg.close()

@@ -49,10 +49,12 @@ from ...session.handle import Handles
 from ...session.monitor import RUN, Key
 from ..core.monitoring import KeyColumns, total_norm
 from ..core.native import fastats as _fastats
-from .stats import StatsBuffer
+from .stats import StatsBuffer, local_shard
 
 _HALF = (torch.float16, torch.bfloat16)
 _norm = torch.linalg.vector_norm
+#: a float32 norm below this may have lost squares that underflowed (|x| < 2⁻⁶³): it is taken again in float64
+_TINY = 2.0 ** -30
 _NO_TORCH_FUNCTION = torch._C.DisableTorchFunction  # an op mode (L1) must not record the probe's ops
 _MOMENTS = (("exp_avg", "exp_avg_norm"), ("exp_avg_sq", "exp_avg_sq_norm"), ("momentum_buffer", "momentum_norm"))
 #: dtypes the one-pass native update kernel reads (``_fastats.update_norms``)
@@ -85,6 +87,8 @@ class _OptimizerSlots:
     def __init__(self, probe: TorchMonitor, params: list[tuple[str, torch.Tensor]]) -> None:
         self.params = [p for _, p in params]
         self.ids = [id(p) for p in self.params]
+        #: the data each weight holds on this rank: itself, a DTensor's local shard (FSDP2)
+        self.local = [local_shard(p) for p in self.params]
         names = [f"Parameter.{q}" for q, _ in params]
         self.weight = [probe.col((n, "weight_norm")) for n in names]
         self.grad = [probe.col((n, "grad_norm")) for n in names]
@@ -102,17 +106,17 @@ class _OptimizerSlots:
 
     def allocate(self) -> None:
         """The buffers the weights are copied into before a step (a sparse weight is its own: not measured)."""
-        self.bufs = [torch.empty_like(p) if p.layout is torch.strided else p for p in self.params]
+        self.bufs = [torch.empty_like(p) if p.layout is torch.strided else p for p in self.local]
         self.native = [_NATIVE_UPDATE.get(p.dtype) if p.device.type == "cpu" and p.layout is torch.strided
-                       and p.is_contiguous() and b.is_contiguous() else None
-                       for p, b in zip(self.params, self.bufs, strict=True)]
+                       and p.is_contiguous() and b.is_contiguous() and p.numel() else None  # (an empty shard)
+                       for p, b in zip(self.local, self.bufs, strict=True)]
 
     def kept(self) -> list[bool]:
         """Per parameter: its buffer still holds its current weights (left by the native kernel, untouched
         since: same version counter and storage)."""
         after = self.after
         return [(a := after.get(i)) is not None and a[0] == p._version and a[1] == p.data_ptr()
-                for i, p in enumerate(self.params)]
+                for i, p in enumerate(self.local)]
 
 
 class TorchMonitor(KeyColumns):
@@ -234,12 +238,12 @@ class TorchMonitor(KeyColumns):
                 slots.allocate()
             for i, k in enumerate(slots.kept()):  # copy the weights a buffer does not hold yet
                 if not k and slots.native[i] is not None:  # |w|² as the post-step pass sums it: same bits
-                    p = slots.params[i]
+                    p = slots.local[i]
                     slots.after[i] = (p._version, p.data_ptr(),
                                       _fastats.update_norms(slots.bufs[i].data_ptr(), p.data_ptr(), p.numel(),
                                                             slots.native[i])[1])
             other = [i for i, code in enumerate(slots.native) if code is None]
-            rest = [i for i in other if slots.bufs[i] is not slots.params[i]]  # a sparse weight is its own buffer
+            rest = [i for i in other if slots.bufs[i] is not slots.local[i]]  # a sparse weight is its own buffer
             if self.weights:  # |w| of a native weight: its kernel's, summed as the weight left the last step
                 self._queue([slots.params[i] for i in other], [slots.weight[i] for i in other])
                 self._host.extend((slots.weight[i], math.sqrt(a[2])) for i, a in slots.after.items())
@@ -249,7 +253,7 @@ class TorchMonitor(KeyColumns):
                 self._queue([slots.params[i] for i in unused], [slots.weight[i] for i in unused])
             self._measure(slots.params, slots.weight, slots.grad, weights=False)
             if rest:
-                torch._foreach_copy_([slots.bufs[i] for i in rest], [slots.params[i] for i in rest])
+                torch._foreach_copy_([slots.bufs[i] for i in rest], [slots.local[i] for i in rest])
             slots.copied = True
         self._opt_ran = True
 
@@ -268,11 +272,8 @@ class TorchMonitor(KeyColumns):
     def _queue(self, tensors: list[torch.Tensor], cols: list[int]) -> None:
         if not tensors:
             return
-        if any(t.dtype in _HALF for t in tensors):
-            norms = [_norm(t, dtype=torch.float32) for t in tensors]
-        else:
-            norms = torch._foreach_norm(tensors)
-        self._vals.extend(norms)
+        tensors = [local_shard(t) for t in tensors]  # a DTensor's (FSDP2): the rank's shard, no collective
+        self._vals.extend(_norms(tensors))
         self._idx.extend(cols)
 
     def optimizer_post(self, opt: Any, params: list[tuple[str, torch.Tensor]]) -> None:
@@ -301,7 +302,7 @@ class TorchMonitor(KeyColumns):
         """``update_norm`` per parameter: one native pass per dense CPU weight (|Δw| and |w| read, the buffer
         left holding w for the next step), ``_foreach`` passes for the others (the buffer then holds -Δw)."""
         rest = []
-        for i, (b, p, code) in enumerate(zip(slots.bufs, slots.params, slots.native, strict=True)):
+        for i, (b, p, code) in enumerate(zip(slots.bufs, slots.local, slots.native, strict=True)):
             if b is p:
                 continue
             if code is None:
@@ -312,7 +313,7 @@ class TorchMonitor(KeyColumns):
             slots.after[i] = (p._version, p.data_ptr(), ww)
         if rest:
             bufs = [slots.bufs[i] for i in rest]
-            torch._foreach_sub_(bufs, [slots.params[i] for i in rest])
+            torch._foreach_sub_(bufs, [slots.local[i] for i in rest])
             self._queue(bufs, [slots.update[i] for i in rest])
 
     # -- step end -----------------------------------------------------------------------------------
@@ -380,6 +381,22 @@ class TorchMonitor(KeyColumns):
             slots = next(iter(self._opts.values()))
         with torch.no_grad(), _NO_TORCH_FUNCTION():
             self._measure(slots.params, slots.weight, slots.grad)
+
+
+def _norms(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The 2-norms of ``tensors`` as 0-d tensors, not read to the host. Squares summed in float32 underflow
+    below ~1e-19 (an Adam ``exp_avg_sq`` of 1e-23 read 0, one of 5e-23 12 % off): off the CPU every norm is
+    taken in float64 (no host sync per step; the pass is memory-bound), on the CPU in float32 and the few
+    below :data:`_TINY` again in float64."""
+    if any(t.device.type != "cpu" for t in tensors):
+        return list(torch._foreach_norm(tensors, dtype=torch.float64))
+    if any(t.dtype in _HALF for t in tensors):
+        norms = [_norm(t, dtype=torch.float32) for t in tensors]
+    else:
+        norms = list(torch._foreach_norm(tensors))
+    for i in torch.nonzero(torch.stack(norms) < _TINY).flatten().tolist():
+        norms[i] = _norm(tensors[i], dtype=torch.float64)
+    return norms
 
 
 def _to_host(vals: list[torch.Tensor]) -> np.ndarray:
