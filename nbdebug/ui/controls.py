@@ -123,7 +123,8 @@ class Controls:
         state = self.source.state
         sel = self.selected()
         sig = (state, sel is not None, self.source.pause_reason, self.source.current_node,
-               self.source.error is not None)
+               self.source.error is not None,
+               self.source.step if state == "idle" else None)  # idle: "N steps recorded" follows the steps
         if sig == self._state and not force:
             return
         self._state = sig

@@ -39,11 +39,18 @@ def failure_text(error: str, node: str | None, step: int | None) -> str:
 
     >>> failure_text("Traceback ...\\nRuntimeError: boom\\n", "Torch.log.0.forward", 3)
     'failed in step 3 at Torch.log.0.forward: RuntimeError: boom'
+
+    The kernel's Interrupt (Ctrl-C) is the user's doing, no failure of the model:
+
+    >>> failure_text("Traceback ...\\nKeyboardInterrupt: \\n", "Module.0.Linear.backward.0", 162)
+    'interrupted in step 162 at Module.0.Linear.backward.0 (KeyboardInterrupt)'
     """
     lines = [ln for ln in error.strip().splitlines() if ln.strip()]
     last = lines[-1].strip() if lines else "unknown error"
     where = f" in step {step}" if step is not None else ""
     where += f" at {node}" if node else ""
+    if last.split(":")[0] == "KeyboardInterrupt":
+        return f"interrupted{where} (KeyboardInterrupt)"
     return f"failed{where}: {last}"
 
 

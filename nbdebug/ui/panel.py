@@ -51,7 +51,7 @@ from .watch_panel import WatchPanel
 #: which parts of the panel each event makes stale
 PARTS: dict[str, tuple[str, ...]] = {
     "state": ("header", "controls", "graph", "details"),
-    "step": ("header", "graph", "nodes", "details", "hits", "watch"),
+    "step": ("header", "controls", "graph", "nodes", "details", "hits", "watch"),
     "hit": ("header", "hits", "graph"),
     "node": ("header", "graph", "nodes"),
     "error": ("header", "controls"),
