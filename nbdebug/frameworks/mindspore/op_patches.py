@@ -122,6 +122,9 @@ class _OpPatches:
                 if not (getattr(fn, "__module__", "") or "").startswith("mindspore"):
                     continue
                 self._set(module, name, _wrap_function(fn, (prefix, name, name, name in _INPLACE_FUNCS)))
+        # a Parameter's class is (Parameter, Tensor, TensorPy): names Parameter resolves past Tensor (object's
+        # __eq__, TensorPy's type_as) are Tensor's for a real Parameter; wrapped on Parameter they would shadow it
+        tensor_attr = {name: inspect.getattr_static(Tensor, name, None) for name in dir(Tensor)}
         for owner in (Tensor, Parameter):
             for name in dir(Tensor):
                 if name in _SKIP_TENSOR or (name.startswith("_") and name not in _DUNDER_OPS):
@@ -131,6 +134,8 @@ class _OpPatches:
                 try:
                     orig = inspect.getattr_static(owner, name)
                 except AttributeError:  # Tensor-only attribute
+                    continue
+                if owner is Parameter and orig is not tensor_attr[name]:
                     continue
                 if not isinstance(orig, (types.FunctionType, types.MethodDescriptorType,
                                          types.WrapperDescriptorType)):

@@ -35,6 +35,7 @@ from typing import Any
 
 import mindspore as ms
 from mindspore import nn, ops
+from mindspore._c_expression import MixedPrecisionType
 from mindspore.common.parameter import Parameter
 from mindspore.ops.primitive import Primitive
 
@@ -55,6 +56,25 @@ __all__ = ["LEVELS", "MSRef", "PyNativeAdapter"]
 #: outputs 1 and 2 (and in inference 1–4) are left as the buffer was: not values the step computed
 _UNWRITTEN_REASON = ("MindSpore's CPU BatchNorm kernel does not write this output: the tensor holds whatever "
                      "its buffer held, not a value the step computed")
+
+
+def _uncast(probe: Any, *tensors: Any) -> Any:
+    """``probe(*tensors)`` with no mixed-precision cast: inside a Cell set to a dtype (``to_float``, AMP O2's
+    LayerNorm in float32) MindSpore casts every op's inputs, so the identity probe would hand the Cell a cast
+    input (the cast moved in front of its ops changes their gradients)."""
+    _pynative_executor.set_mixed_precision_type(MixedPrecisionType.NOTSET)  # pushed; popped below
+    try:
+        return probe(*tensors)
+    finally:
+        _pynative_executor.set_mixed_precision_type(MixedPrecisionType.NOTSET, False)
+
+
+def _copied_cell(cell: Any) -> Any:
+    raise RuntimeError(
+        f"nbdebug: a {type(cell).__name__} runs the Debugger's Cell hooks but is no Cell of the network the "
+        "Debugger is attached to: it is a copy that took the hooks along (mindspore.amp.auto_mixed_precision "
+        "'O1' rewrites the network into new Cells, sharing the Parameters). Attach the Debugger to the network "
+        "auto_mixed_precision returns: net = auto_mixed_precision(net, 'O1'), then nbdebug.Debugger(net).")
 
 
 def unwritten_outputs(op_type: str, func: Any) -> tuple[str, ...]:
@@ -265,7 +285,7 @@ class PyNativeAdapter(Capture):
         return hb
 
     def _probed(self, name: str, scope: str, pair: str, kind: str, slot: str, t: Any, is_input: bool) -> Any:
-        new = self._hook_backward(name, scope, pair, kind, slot, is_input)(t)
+        new = _uncast(self._hook_backward(name, scope, pair, kind, slot, is_input), t)
         self.alias(new, t)
         return new
 
@@ -296,7 +316,7 @@ class PyNativeAdapter(Capture):
         # capture keeps one probe per tensor: a multi-input HookBackward can leave MindSpore's PyNative
         # gradient state broken for later graphs of the process ("Can not find top cell for backward")
         if len(positions) > 1 and not weights and self.tap is not None:
-            probed = self._hook_group(name, scope, pair, kind, positions)(*(args[i] for i in positions))
+            probed = _uncast(self._hook_group(name, scope, pair, kind, positions), *(args[i] for i in positions))
             for i, new in zip(positions, probed, strict=True):
                 self.alias(new, args[i])
                 new_args[i] = new
@@ -427,7 +447,7 @@ class PyNativeAdapter(Capture):
             if not self._scope:  # the outermost call: ops on this thread are nodes from now on
                 self._threads.add(threading.get_ident())
                 self.note_root_args(args, kwargs)
-            path, cls, leaf = self._cell_info[id(cell)]
+            path, cls, leaf = self._cell_info.get(id(cell)) or _copied_cell(cell)
             self.enter(path)
             if not want or not path:  # msProbe does not name the root Cell; neither do we
                 return None
@@ -447,6 +467,8 @@ class PyNativeAdapter(Capture):
 
     def _post_hook(self, want: bool) -> Callable:
         def post(cell, args, kwargs, output):
+            if id(cell) not in self._cell_info:  # a copy of a Cell: its pre hook raised
+                return None
             if self._scope and not self.busy and not self._depth:
                 self.leave()
             if not want or not self.capturing or self.busy or self._depth:

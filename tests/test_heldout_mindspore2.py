@@ -1,0 +1,180 @@
+"""Held-out trials on MindSpore PyNative, round 4: what a user porting a PyTorch training loop writes.
+
+A ``value_and_grad`` loop with an optimizer over parameter groups (own weight decay, own learning rate), a
+dynamic learning rate (``nn.exponential_decay_lr``), ``ops.clip_by_global_norm`` and
+``mindspore.amp.auto_mixed_precision`` with a ``DynamicLossScaler`` (``scale`` / ``unscale`` / ``all_finite`` /
+``adjust``), on a 2-layer ``nn.GRU`` language model and an ``nn.TransformerEncoder`` (two layers and a final
+norm). Checked: the losses and every gradient are bitwise those of an undebugged run, and every (node, slot)'s
+tensor agrees with its statistics (or is refused with a reason). Defects found and fixed here:
+
+* under L1/mix ``parameter == x`` (``<``, ``!=`` …) returned a Python ``bool``: the Tensor-method patch wrapped
+  ``object.__eq__`` onto ``Parameter`` (whose static bases skip ``Tensor``), shadowing ``Tensor.__eq__`` for
+  every real Parameter; ``DynamicLossScaler.adjust`` (``self.counter == …`` in ``ops.select``) then failed;
+* under AMP O2 (or any ``to_float``), the gradient probe put in front of a float32 Cell's input (LayerNorm in
+  a float16 network) ran under the Cell's mixed-precision type, so MindSpore cast the input at the probe:
+  LayerNorm's gamma/beta gradients and every later step changed (at L0, L1 and mix);
+* a Debugger attached before ``auto_mixed_precision(net, "O1")`` (which rewrites the network into new Cells
+  that carry the old Cells' hooks) failed with a bare ``KeyError``; now a ``RuntimeError`` says to attach to
+  the network ``auto_mixed_precision`` returns (attached so, O1 works and is checked here).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from ms_fixtures import ms, nn, pynative_mode  # noqa: F401 - the fixture
+from test_invariant_models import check_step  # every (node, slot): stats == stats(tensor) or refused
+
+import nbdebug
+
+pytestmark = [pytest.mark.timeout(300), pytest.mark.usefixtures("pynative_mode")]
+STEPS = 2
+
+
+class GRULM(nn.Cell):
+    def __init__(self, vocab: int = 11, d: int = 8) -> None:
+        super().__init__()
+        self.vocab = vocab
+        self.emb = nn.Embedding(vocab, d)
+        self.rnn = nn.GRU(d, d, num_layers=2, batch_first=True)
+        self.head = nn.Dense(d, vocab)
+
+    def construct(self, x):
+        h, _ = self.rnn(self.emb(x))
+        return self.head(h).reshape(-1, self.vocab)
+
+
+class Encoder(nn.Cell):
+    def __init__(self, vocab: int = 11, d: int = 8) -> None:
+        super().__init__()
+        self.vocab = vocab
+        self.emb = nn.Embedding(vocab, d)
+        layer = nn.TransformerEncoderLayer(d, 2, dim_feedforward=16, dropout=0.0, batch_first=True)
+        self.enc = nn.TransformerEncoder(layer, 2, norm=nn.LayerNorm((d,)))
+        self.head = nn.Dense(d, vocab)
+
+    def construct(self, x):
+        return self.head(self.enc(self.emb(x))).reshape(-1, self.vocab)
+
+
+class NormNet(nn.Cell):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Dense(6, 8)
+        self.norm = nn.LayerNorm((8,))  # in AMP's black list: float32 inside an O2 (float16) network
+        self.fc2 = nn.Dense(8, 5)
+
+    def construct(self, x):
+        return self.fc2(self.norm(self.fc1(x)))
+
+
+def build(kind: str):
+    """(net, batches of (x, labels)); the same weights and batches at every call."""
+    ms.set_seed(0)
+    rng = np.random.default_rng(1)
+    if kind == "norm":
+        net = NormNet()
+        xs = [rng.standard_normal((4, 6)).astype(np.float32) for _ in range(STEPS)]
+        ys = [rng.integers(0, 5, (4,)).astype(np.int32) for _ in range(STEPS)]
+    else:
+        net = GRULM() if kind == "gru" else Encoder()
+        xs = [rng.integers(0, 11, (2, 5)).astype(np.int32) for _ in range(STEPS)]
+        ys = [rng.integers(0, 11, (10,)).astype(np.int32) for _ in range(STEPS)]
+    net.set_train(True)
+    return net, [(ms.Tensor(x), ms.Tensor(y)) for x, y in zip(xs, ys, strict=True)]
+
+
+def make_step(net, model, amp: bool):
+    """A PyTorch-style loop: parameter groups, a decaying rate, loss scaling, clipping; ``(loss, grads)``."""
+    decay = [p for p in net.trainable_params() if "bias" not in p.name and "beta" not in p.name]
+    rest = [p for p in net.trainable_params() if all(p is not q for q in decay)]  # `in` is elementwise ==
+    lr = nn.exponential_decay_lr(0.01, 0.9, 2 * STEPS, 1, 1)
+    opt = nn.Adam([{"params": decay, "weight_decay": 0.01}, {"params": rest, "lr": 0.02}], learning_rate=lr)
+    crit = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+    scaler = ms.amp.DynamicLossScaler(2.0 ** 10, 2, 1) if amp else None
+
+    def forward(x, y):
+        loss = crit(model(x), y).astype(ms.float32)
+        return scaler.scale(loss) if scaler else loss
+
+    grad_fn = ms.value_and_grad(forward, None, opt.parameters)
+
+    def step(x, y):
+        loss, grads = grad_fn(x, y)
+        if scaler:
+            loss, grads = scaler.unscale(loss), scaler.unscale(grads)
+            scaler.adjust(ms.amp.all_finite(grads))
+        grads = ops_clip(grads)
+        opt(grads)
+        return loss, grads
+
+    return step
+
+
+def ops_clip(grads):
+    from mindspore import ops
+
+    return ops.clip_by_global_norm(grads, 1.0)
+
+
+def train(kind: str, amp: str | None, level: str | None = None, check: bool = False):
+    """Losses and gradients (bytes) of ``STEPS`` steps; under a Debugger at ``level`` when given (attached
+    to the network ``auto_mixed_precision`` returns), each step's invariant checked when ``check``."""
+    net, batches = build(kind)
+    model = ms.amp.auto_mixed_precision(net, amp) if amp else net
+    dbg = nbdebug.Debugger(model, level=level) if level else None
+    counts = []
+    try:
+        step = make_step(net, model, amp is not None)
+        out = []
+        for i, (x, y) in enumerate(batches):
+            loss, grads = step(x, y)
+            out.append((loss.asnumpy().tobytes(), [g.asnumpy().tobytes() for g in grads]))
+            if check:
+                counts.append(check_step(dbg, i))
+        if dbg is not None:
+            assert dbg.step_index == STEPS
+    finally:
+        if dbg is not None:
+            dbg.close()
+    return out, counts
+
+
+def test_parameter_comparison_is_a_tensor_under_the_op_level():
+    """``DynamicLossScaler.adjust`` compares its counter Parameter with an int inside ``ops.select``."""
+    p = ms.Parameter(ms.Tensor(0, ms.int32), name="counter")
+    with nbdebug.Debugger(nn.Dense(2, 2), level="L1"):
+        for got in (p == 0, p != 0, p < 1, p >= 1):
+            assert isinstance(got, ms.Tensor), type(got)
+        assert bool((p == 0).asnumpy()) and not bool((p != 0).asnumpy())
+        scaler = ms.amp.DynamicLossScaler(4.0, 2, 1)
+        scaler.adjust(ms.Tensor(True))
+        scaler.adjust(ms.Tensor(True))
+        assert float(scaler.scale_value.asnumpy()) == 16.0  # window 1: doubled at each finite step
+
+
+@pytest.mark.parametrize("level", ["L0", "mix"])
+def test_amp_o2_float32_layernorm_trains_as_without_the_debugger(level, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    want, _ = train("norm", "O2")
+    got, counts = train("norm", "O2", level, check=True)
+    assert got == want
+    assert all(r > 5 for r, _ in counts), counts
+
+
+@pytest.mark.parametrize(("kind", "amp"), [("gru", "O2"), ("encoder", "O1")])
+def test_language_models_with_amp_clipping_and_groups(kind, amp, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)  # O1 rewrites the network and writes its source under ./rewritten_network
+    want, _ = train(kind, amp)
+    got, counts = train(kind, amp, "mix", check=True)
+    assert got == want
+    assert all(r > 100 for r, _ in counts), counts
+
+
+def test_attached_before_o1_rewrite_says_what_to_do(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    net, batches = build("norm")
+    with nbdebug.Debugger(net, level="L0"):
+        model = ms.amp.auto_mixed_precision(net, "O1")
+        with pytest.raises(RuntimeError, match="Attach the Debugger to the network auto_mixed_precision returns"):
+            model(batches[0][0])
