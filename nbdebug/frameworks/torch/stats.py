@@ -44,6 +44,32 @@ NO_STORAGE = "unsupported: a tensor inside torch.vmap / torch.func (functorch-wr
 UNINITIALIZED = "unsupported: uninitialized memory (made by {}, not written yet)"
 
 
+#: tensor types that hold their own data (no wrapper subclass): most tensors, told apart by one set lookup
+_PLAIN = {torch.Tensor, torch.nn.Parameter}
+
+
+def _wrapper(t: torch.Tensor) -> bool:
+    """A wrapper subclass (a DTensor): no data of its own, its ``data_ptr()`` an offset from address 0."""
+    cls = type(t)
+    return cls not in _PLAIN and hasattr(cls, "__tensor_flatten__")
+
+
+def local_shard(t: torch.Tensor) -> torch.Tensor:
+    """A ``DTensor``'s local shard — the values this rank holds and computes with (FSDP2's sharded parameters,
+    gradients and optimizer state; tensor parallelism) —, any other tensor as it is. A DTensor is a wrapper
+    with no data of its own (the native kernel read from its ``data_ptr()``, an offset from address 0, and the
+    rank died of SIGSEGV), and ops on it may start collectives, which a capture must never do on one rank.
+
+    >>> t = torch.ones(2)
+    >>> local_shard(t) is t
+    True
+    """
+    if type(t) in _PLAIN:
+        return t
+    local = getattr(t, "_local_tensor", None)
+    return local if isinstance(local, torch.Tensor) else t
+
+
 def unsupported_reason(t: torch.Tensor) -> str | None:
     if _functorch_wrapped(t):
         return NO_STORAGE
@@ -118,7 +144,7 @@ class StatsBuffer(RawRows):
         if name is None:
             name = _NAMES[dt] = dtype_name(dt)
         code = _FAST_CODES.get(dt)
-        if code is not None and t.is_cpu and t.layout is _STRIDED and self.fast:  # the common case
+        if code is not None and t.is_cpu and t.layout is _STRIDED and self.fast and not _wrapper(t):  # common case
             n = t.numel()
             if n:
                 src = t if t.is_contiguous() else t.contiguous()
@@ -135,6 +161,9 @@ class StatsBuffer(RawRows):
                     self._n = row + 1
                 _fastats.reduce(ptr, n, code, self._ptr + row * (RAW_WIDTH * 8))
                 return row, name, None
+        local = local_shard(t)
+        if local is not t:  # a DTensor: its local shard's statistics
+            return self.add(local)
         row = self._next_row()
         self._ptr, self._cap = self._host.ctypes.data, self._host.shape[0]
         why = unsupported_reason(t)
@@ -152,7 +181,7 @@ class StatsBuffer(RawRows):
         """Queue the statistics of ``t`` and return its :class:`~nbdebug.frameworks.core.records.Seen` (the
         capture core's ``TensorOps.measure``: one frame for the common case of a dense CPU tensor)."""
         fast = _FAST.get(t.dtype)
-        if fast is not None and self.fast and t.is_cpu and t.layout is _STRIDED:
+        if fast is not None and self.fast and t.is_cpu and t.layout is _STRIDED and not _wrapper(t):
             n = t.numel()
             if n:
                 code, name, size = fast
@@ -170,6 +199,7 @@ class StatsBuffer(RawRows):
                     self._n = row + 1
                 _fastats.reduce(ptr, n, code, self._ptr + row * _ROW_BYTES)
                 return Seen(_weakref(t), version, row, name, None, tuple(t.shape), n, n * size)
+        t = local_shard(t)
         row, name, why = self.add(t)
         n = t.numel()
         return Seen(_weakref(t), version, row, name, why, tuple(t.shape), n, n * t.element_size())
