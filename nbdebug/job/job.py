@@ -247,7 +247,8 @@ class Job:
         found = _origin(src, step) if _any_nonfinite(table) else None  # a finite step has no origin: not searched
         nodes = session.graph.nodes
         out = summarize_table(table, rank=rank, step=step, origin=found[:2] if found else None, hits=hits,
-                              computed_forward=lambda n: _computed_forward(nodes.get(n)))
+                              computed_forward=lambda n: _computed_forward(nodes.get(n)),
+                              backward=lambda n: _backward(nodes.get(n)))
         self._cache[(rank, step)] = out
         return out
 
@@ -500,6 +501,10 @@ def _monitor_level(src: Any) -> bool:
 
 def _computed_forward(node: Any) -> bool:
     return node is not None and node.section == "forward" and node.kind in ("op", "module")
+
+
+def _backward(node: Any) -> bool:
+    return node is not None and node.section == "backward"
 
 
 def _origin(src: Any, step: int) -> tuple[str, str, int] | None:

@@ -83,10 +83,13 @@ def _opt_float(x: Any) -> float | None:
 
 
 def summarize_table(table: Any, *, rank: int, step: int, origin: tuple[str, str] | None = None, hits: int = 0,
-                    computed_forward: Callable[[str], bool] | None = None) -> StepSummary:
+                    computed_forward: Callable[[str], bool] | None = None,
+                    backward: Callable[[str], bool] | None = None) -> StepSummary:
     """The summary of one step's ``table`` (``origin``: the ``(node, slot)`` the rank's first-non-finite
     analysis found; ``computed_forward(node)``: whether a node is an op or module call of the forward
-    section — not a parameter, input or constant —, for the loss)."""
+    section — not a parameter, input or constant —, for the loss; ``backward(node)``: whether a node is of the
+    backward section: the loss is the last such scalar before the step's last backward node — the loss its
+    backward started from; a scalar computed after it, a gradient norm for clipping or logging, is none)."""
     n = len(table)
     if not n:
         return StepSummary(rank, step, 0, 0, 0, None, None, hits, None)
@@ -97,7 +100,11 @@ def summarize_table(table: Any, *, rank: int, step: int, origin: tuple[str, str]
     ext = ext[np.isfinite(ext)]
     max_abs = float(ext.max()) if ext.size else None
     loss = None
-    for i in np.flatnonzero(v[:, COL["count"]] == 1)[::-1]:  # scalars, last first
+    end = n
+    if backward is not None:  # from the end: the optimizer's few rows follow the backward
+        keys = table.keys
+        end = next((i for i in range(n - 1, -1, -1) if backward(keys[i][0])), n)
+    for i in np.flatnonzero(v[:end, COL["count"]] == 1)[::-1]:  # scalars, last first
         node, slot = table.keys[i]
         if not slot.startswith(_INPUT_SLOTS) and (computed_forward is None or computed_forward(node)):
             loss = float(v[i, COL["mean"]])

@@ -157,7 +157,8 @@ class Agent:
         nodes = dbg.graph.nodes
         hits = count_hits(h for h in list(dbg.watchpoints.hits) if h.step == step)
         s = summarize_table(table if table is not None else StatsTable(), rank=self.info.get("rank") or 0, step=step,
-                            hits=hits, computed_forward=lambda n: _computed_forward(nodes.get(n)))
+                            hits=hits, computed_forward=lambda n: _computed_forward(nodes.get(n)),
+                            backward=lambda n: (node := nodes.get(n)) is not None and node.section == "backward")
         if s.nonfinite_tensors and table is not None:
             found = dbg.first_nonfinite(step)
             if found is not None:
