@@ -1,0 +1,218 @@
+"""Held-out trials of multi-rank jobs, round 4: real ``torchrun`` jobs (gloo, CPU, ``-m nbdebug.run``,
+``remote_scripts/ddp_variants.py``) attached to a listener here, as a notebook drives them; each rank writes
+what it computed (loss, gradient and weight norms of the values it holds) and the job must show the same.
+
+1. DDP with gradient accumulation under ``no_sync()``: the first micro-batch's local gradient and the reduced
+   one the optimizer used are each a node of their own, with the rank's values; the step's loss is the last
+   micro-batch's. DDP with ``find_unused_parameters=True`` and a branch unused on odd steps: its gradient
+   nodes "did not execute" there, the others hold the rank's values.
+2. FSDP2 (``fully_shard``): parameters, gradients and optimizer state are DTensors. The ranks died of SIGSEGV
+   in their first backward (the native statistics kernel read a DTensor's ``data_ptr()``, an offset from
+   address 0: a wrapper subclass has no data of its own), and at the monitor level the optimizer's pre-hook
+   raised (``update_norms`` on the same pointer). A DTensor is measured by its local shard — the values the
+   rank holds and steps with — without a collective.
+3. ``torchrun --max-restarts 1`` where rank 1 crashes in its first attempt: after the restart every rank is a
+   new process (new PID, ``job.add`` forgets the old one) and the job's steps are the second attempt's only.
+4. Uneven ranks: one leaves normally after half the steps — ``pause_all`` / ``cont_all`` move the others, and
+   nothing waits for the one that left; a rank 30× slower under DDP: ``pause_all`` returns at once and every rank
+   pauses at one boundary.
+
+And the job's step summary (a live in-process Debugger, no torchrun): its loss was the last scalar of the
+forward section, so a gradient norm taken after ``backward`` (``clip_grad_norm_``, logging) was shown as the
+step's loss; it is now the last such scalar before the step's last backward node.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from contextlib import contextmanager
+
+import numpy as np
+import pytest
+import torch
+import zmq  # noqa: F401 - the listener needs ZeroMQ
+from ranks_checks import free_port
+from remote_procs import ROOT, SCRIPTS, kill_tree, until
+
+import nbdebug
+from nbdebug.job import Job
+
+pytestmark = [pytest.mark.subprocess, pytest.mark.slow]
+
+
+@contextmanager
+def _job(tmp_path, mode, nproc, steps, arg=-1, level="L1", extra=()):
+    """A listener and ``torchrun ... ddp_variants.py`` attached to it; yields ``(listener, process, out)``
+    once every rank joined (the ranks wait for ``out/go`` at step 1)."""
+    out = tmp_path / mode
+    out.mkdir()
+    with nbdebug.listen(quiet=True) as listener:
+        env = dict(os.environ, **listener.env, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT), NBDEBUG_LEVEL=level)
+        cmd = ["timeout", "200", sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
+               *extra, "--master-addr", "127.0.0.1", "--master-port", str(free_port()), "-m", "nbdebug.run",
+               str(SCRIPTS / "ddp_variants.py"), str(out / "go"), str(out), mode, str(steps), str(arg)]
+        with open(out / "torchrun.log", "w") as log:
+            proc = subprocess.Popen(cmd, env=env, cwd=str(ROOT), stdout=log, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+        try:
+            until(lambda: listener.live_count() == nproc or proc.poll() is not None, 120, "every rank")
+            assert listener.live_count() == nproc, _log(out)
+            yield listener, proc, out
+        finally:
+            kill_tree(proc.pid)
+            proc.wait()
+
+
+def _log(out):
+    return (out / "torchrun.log").read_text()[-4000:]
+
+
+def _record(out, rank):
+    return json.loads((out / f"rank{rank}.json").read_text())
+
+
+def _states(job):
+    return [(r, str(job.source(r).state), job.source(r).step_index) for r in job.ranks]
+
+
+def _grad_norms(src, step, owner, pattern):
+    """``{parameter: norm}`` of ``owner``'s gradient node ``pattern`` (``parameters_grad.0`` ...) at ``step``."""
+    node = f"{owner}.{pattern}"
+    return {local: src.stats(node, local, step, ["norm"])["norm"] for local in ("weight", "bias")}
+
+
+def _close(a, b):
+    return abs(a - b) <= 1e-5 * max(1.0, abs(b))
+
+
+def test_summary_loss_is_the_loss_backward_started_from():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh(), torch.nn.Linear(3, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    dbg = nbdebug.Debugger(model, level="L1")
+    losses = []
+    try:
+        for _ in range(2):
+            x = torch.randn(5, 4)
+            loss = torch.nn.functional.mse_loss(model(x), x.sum(1, keepdim=True))
+            opt.zero_grad()
+            loss.backward()
+            clipped = torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)  # a scalar after the backward
+            opt.step()
+            losses.append((loss.item(), clipped.item()))
+        job = Job({0: dbg})
+        for step, (value, norm) in enumerate(losses):
+            assert value != norm
+            assert job.summary(0, step).loss == pytest.approx(value, rel=1e-6), (step, value, norm)
+    finally:
+        dbg.close()
+
+
+def test_ddp_no_sync_accumulation_and_find_unused_parameters(tmp_path):
+    steps = 5
+    with _job(tmp_path, "nosync", 2, steps) as (listener, proc, out):
+        (out / "go").write_text("go")
+        assert proc.wait(120) == 0, _log(out)
+        job = listener.job
+        for r in job.ranks:
+            src, rec = job.source(r), _record(out, r)
+            for step in range(steps):
+                for owner in ("Module.module.inp.Linear", "Module.module.head.Linear"):
+                    short = owner.split(".")[2]
+                    first = _grad_norms(src, step, owner, "parameters_grad.0")  # micro-batch 1, under no_sync
+                    used = _grad_norms(src, step, owner, "parameters_grad_reduced.0")  # what SGD stepped with
+                    for local in ("weight", "bias"):
+                        assert _close(first[local], rec["grads_first"][step][f"{short}.{local}"]), (r, step)
+                        assert _close(used[local], rec["grads"][step][f"{short}.{local}"]), (r, step)
+                    assert f"{owner}.parameters_grad_reduced.1" not in src.graph.nodes  # no_sync: not reduced
+                assert _close(job.summary(r, step).loss, rec["micro"][step][1]), (r, step)  # the last micro-batch
+    with _job(tmp_path, "unused", 2, steps) as (listener, proc, out):
+        (out / "go").write_text("go")
+        assert proc.wait(120) == 0, _log(out)
+        job = listener.job
+        for r in job.ranks:
+            src, rec = job.source(r), _record(out, r)
+            for step in range(steps):
+                side = "Module.module.side.Linear.parameters_grad_reduced.0"
+                if step % 2:
+                    with pytest.raises(KeyError, match="did not execute"):
+                        src.stats(side, "weight", step)
+                    assert "side.weight" not in rec["grads"][step]
+                else:
+                    assert _close(src.stats(side, "weight", step, ["norm"])["norm"], rec["grads"][step]["side.weight"])
+                used = _grad_norms(src, step, "Module.module.head.Linear", "parameters_grad_reduced.0")
+                assert _close(used["weight"], rec["grads"][step]["head.weight"]), (r, step)
+                assert _close(job.summary(r, step).loss, rec["loss"][step]), (r, step)
+
+
+@pytest.mark.parametrize("level", ["L1", "monitor"])
+def test_fsdp2_job_trains_and_shows_each_rank_its_shard(tmp_path, level):
+    steps = 4
+    with _job(tmp_path, "fsdp2", 2, steps, level=level) as (listener, proc, out):
+        (out / "go").write_text("go")
+        assert proc.wait(120) == 0, _log(out)  # SIGSEGV in the first backward (L1), ValueError (monitor)
+        job = listener.job
+        assert job.steps == list(range(steps))
+        for r in job.ranks:
+            src, rec = job.source(r), _record(out, r)
+            if level == "L1":
+                for step in range(steps):
+                    for owner in ("inp", "side", "head"):
+                        got = _grad_norms(src, step, f"Module.{owner}.FSDPLinear", "parameters_grad.0")
+                        for local in ("weight", "bias"):  # the rank's shard of the reduce-scattered gradient
+                            assert _close(got[local], rec["grads"][step][f"{owner}.{local}"]), (r, step, owner)
+            else:
+                mon = src.session.monitor
+                for name in ("inp.weight", "head.weight", "side.bias"):
+                    s, grad = mon.series(f"Parameter.{name}", "grad_norm")
+                    assert s.tolist() == list(range(steps))
+                    np.testing.assert_allclose(grad, [g[name] for g in rec["grads"]], rtol=1e-5)
+                    _s, weight = mon.series(f"Parameter.{name}", "weight_norm")
+                    assert np.isfinite(weight).all()
+
+
+def test_elastic_restart_shows_the_new_attempt_only(tmp_path):
+    steps = 6
+    with _job(tmp_path, "crash", 2, steps, arg=1, extra=("--max-restarts", "1")) as (listener, proc, out):
+        job = listener.job
+        first = {r: job.source(r).remote_info["pid"] for r in job.ranks}
+        (out / "go").write_text("go")  # rank 1 raises in step 3; torchrun starts both ranks again
+        assert proc.wait(150) == 0, _log(out)
+        until(lambda: all(str(job.source(r).state) == "finished" for r in job.ranks), 30, lambda: _states(job))
+        assert job.ranks == [0, 1]
+        assert job.steps == list(range(steps))
+        for r in job.ranks:
+            src, rec = job.source(r), _record(out, r)
+            assert rec["attempt"] == 1 and src.remote_info["pid"] == rec["pid"] != first[r]
+            assert len(rec["loss"]) == steps
+            for step in range(steps):  # the second attempt's batches (another seed): no step of the first
+                assert _close(job.summary(r, step).loss, rec["loss"][step]), (r, step)
+
+
+def test_uneven_ranks_one_leaves_early_and_one_is_slow(tmp_path):
+    with _job(tmp_path, "uneven", 3, 30, arg=1) as (listener, proc, out):
+        job = listener.job
+        (out / "go").write_text("go")
+        until(lambda: str(job.source(1).state) == "finished", 60, lambda: _states(job))
+        at = listener.pause_all()  # the ranks still training pause; the one that left is not waited for
+        until(lambda: all(str(job.source(r).state) == "paused" for r in (0, 2)), 30, lambda: _states(job))
+        assert {job.source(r).step_index for r in (0, 2)} == {at + 1}
+        listener.cont_all(2)
+        until(lambda: all(str(job.source(r).state) == "paused" and job.source(r).step_index == at + 3
+                          for r in (0, 2)), 30, lambda: _states(job))
+        assert job.wait(5) == {0: "paused", 1: "finished", 2: "paused"}
+        listener.cont_all()
+        assert proc.wait(120) == 0, _log(out)
+        assert job.steps == list(range(30)) and max(job.source(1).session.steps) == 14
+    with _job(tmp_path, "slow", 3, 40, arg=1) as (listener, proc, out):
+        job = listener.job
+        (out / "go").write_text("go")
+        until(lambda: min(job.source(r).step_index for r in job.ranks) >= 2, 60, lambda: _states(job))
+        at = listener.pause_all()  # returns at once; the slow rank reaches the boundary a step later
+        until(lambda: all(str(job.source(r).state) == "paused" for r in job.ranks), 30, lambda: _states(job))
+        assert {job.source(r).step_index for r in job.ranks} == {at + 1}, _states(job)
+        listener.terminate_all()
+        assert proc.wait(60) == 0, _log(out)
