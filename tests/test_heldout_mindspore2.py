@@ -13,6 +13,11 @@ tensor agrees with its statistics (or is refused with a reason). Defects found a
 * under AMP O2 (or any ``to_float``), the gradient probe put in front of a float32 Cell's input (LayerNorm in
   a float16 network) ran under the Cell's mixed-precision type, so MindSpore cast the input at the probe:
   LayerNorm's gamma/beta gradients and every later step changed (at L0, L1 and mix);
+* under ``mindspore.train.Model.train`` (a ``GeneratorDataset``, ``FixedLossScaleManager`` + ``amp_level="O2"``,
+  the user's own callback beside ``dbg.callback()`` or ``dbg.step_fn(model)``) the monitor's ``Run.loss`` stayed
+  empty: the loss the train network returns (``cb_params.net_outputs``, a loss scale cell's first output) is
+  now ``Run.loss`` unless ``dbg.record_loss`` gave one; the run is otherwise checked (steps, invariant, a NaN
+  batch's ``first_nonfinite`` at ``Input.0`` and ``TO`` there first, training unchanged);
 * a Debugger attached before ``auto_mixed_precision(net, "O1")`` (which rewrites the network into new Cells
   that carry the old Cells' hooks) failed with a bare ``KeyError``; now a ``RuntimeError`` says to attach to
   the network ``auto_mixed_precision`` returns (attached so, O1 works and is checked here).
@@ -169,6 +174,87 @@ def test_language_models_with_amp_clipping_and_groups(kind, amp, monkeypatch, tm
     got, counts = train(kind, amp, "mix", check=True)
     assert got == want
     assert all(r > 100 for r, _ in counts), counts
+
+
+class DenseBN(nn.Cell):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Dense(6, 16)
+        self.bn = nn.BatchNorm1d(16)
+        self.act = nn.ReLU()
+        self.fc2 = nn.Dense(16, 4)
+
+    def construct(self, x):
+        return self.fc2(self.act(self.bn(self.fc1(x))))
+
+
+def _samples(nan_batch: int):
+    rng = np.random.default_rng(0)
+    for i in range(12):  # batches of 4: 3 per epoch
+        x = rng.standard_normal(6).astype(np.float32)
+        if i // 4 == nan_batch and i % 4 == 1:
+            x[2] = np.nan
+        yield x, np.int32(i % 4)
+
+
+class LossLog(ms.train.Callback):
+    def __init__(self) -> None:
+        self.losses: list[float] = []
+
+    def on_train_step_end(self, run_context) -> None:
+        out = run_context.original_args().net_outputs
+        self.losses.append(float((out[0] if isinstance(out, tuple) else out).asnumpy()))
+
+
+def _model_train(level: str | None, nan_batch: int = -1, keep: bool = False):
+    import mindspore.dataset as ds
+
+    ms.set_seed(0)
+    net = DenseBN()
+    data = ds.GeneratorDataset(lambda: _samples(nan_batch), ["x", "y"], shuffle=False).batch(4)
+    model = ms.train.Model(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
+                           nn.Momentum(net.trainable_params(), 0.05, 0.9), amp_level="O2",
+                           loss_scale_manager=ms.amp.FixedLossScaleManager(128.0, drop_overflow_update=False))
+    log = LossLog()
+    if level is None:
+        model.train(2, data, callbacks=[log], dataset_sink_mode=False)
+        return log.losses, None
+    dbg = nbdebug.Debugger(net, level=level)
+    if level != "monitor":
+        dbg.watch("TO")
+    if keep:  # the replay's callback instead of dbg.callback()
+        dbg.step_fn(model).train(2, data, callbacks=[log], dataset_sink_mode=False)
+    else:
+        model.train(2, data, callbacks=[log, dbg.callback()], dataset_sink_mode=False)
+    return log.losses, dbg
+
+
+@pytest.mark.parametrize(("level", "keep"), [("mix", False), ("monitor", True)])
+def test_model_train_with_a_generator_dataset_and_loss_scale(level, keep):
+    want, _ = _model_train(None, nan_batch=1)
+    if level == "mix":
+        got, dbg = _model_train(level, nan_batch=1)
+    else:
+        got, dbg = _model_train(level, keep=keep)
+        want, _ = _model_train(None)
+    try:
+        assert got == want
+        assert dbg.step_index == 6 and list(dbg.session.steps) == list(range(6))
+        steps, losses = dbg.session.monitor.series("Run", "loss")
+        assert steps.tolist() == list(range(6))
+        assert np.array_equal(losses, np.array(want, np.float32).astype(np.float64))
+        if level == "mix":
+            for s in (4, 5):  # the values of the current and the previous step
+                assert check_step(dbg, s)[0] > 40
+            first = next(h for h in dbg.hits if h.hits)
+            assert (first.node, first.slot, first.step) == ("Input.0", "output.0", 1)
+            assert dbg.first_nonfinite(0) is None
+            assert dbg.first_nonfinite(1) == ("Input.0", "output.0", 1)  # the NaN sample of batch 1
+            assert dbg.first_nonfinite(4) == ("Input.0", "output.0", 4)  # the same batch, second epoch
+            assert dbg.first_nonfinite(2)[0] == "Parameter.fc1.weight"  # the update of step 1 made it NaN
+            assert "Cell.bn._OutputTo16.forward.0" in dbg.graph.nodes  # AMP O2's float32 BatchNorm, wrapped
+    finally:
+        dbg.close()
 
 
 def test_attached_before_o1_rewrite_says_what_to_do(monkeypatch, tmp_path):

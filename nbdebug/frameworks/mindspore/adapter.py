@@ -24,6 +24,7 @@ from mindspore.train.callback import Callback
 
 from ...session.session import Session
 from .kernel_config import check_every
+from .monitor import train_loss
 from .pynative import LEVELS as _PYNATIVE_LEVELS
 from .pynative import PyNativeAdapter
 
@@ -62,6 +63,14 @@ def MindSporeAdapter(model: Any, level: str, session: Session, *, retain: bool =
     return PyNativeAdapter(model, level, session, retain=retain, retain_copy=retain_copy)
 
 
+def note_train_loss(adapter: Any, run_context: Any) -> None:
+    """The loss ``Model.train``'s step returned is the monitor's ``Run.loss`` (below ``dbg.record_loss``)."""
+    note = getattr(adapter, "note_loss", None)  # GRAPH mode's capture keeps no monitor
+    loss = train_loss(getattr(run_context.original_args(), "net_outputs", None)) if note else None
+    if loss is not None:
+        note(loss, 1)
+
+
 class StepCallback(Callback):
     """``mindspore.train.Model`` callback: every training step is one debugger step.
 
@@ -93,4 +102,5 @@ class StepCallback(Callback):
             return
         a = dbg._adapter
         if len(dbg.session.recorder):
+            note_train_loss(a, run_context)
             a.end_step()

@@ -231,6 +231,16 @@ class MindSporeMonitor(KeyColumns):
         return self.keys, out
 
 
+def train_loss(net_outputs: Any) -> Any:
+    """The loss in what ``Model.train``'s train network returned (``cb_params.net_outputs``): the single value
+    itself, or the first of a tuple (``TrainOneStepWithLossScaleCell``: loss, overflow, scale); else None."""
+    if isinstance(net_outputs, (tuple, list)) and net_outputs:
+        net_outputs = net_outputs[0]
+    if isinstance(net_outputs, TensorBase) and int(net_outputs.size) == 1:
+        return net_outputs
+    return None
+
+
 class LossMonitor(MindSporeMonitor):
     """The probe at L0, L1 and mix: only ``Run.loss`` (``Debugger.record_loss``, else the attached Cell's
     single-value output, e.g. an ``nn.WithLossCell``); the other series come from the statistics tables."""

@@ -59,6 +59,7 @@ from mindspore.ops.primitive import Primitive
 from mindspore.train.callback import Callback
 
 from ..core.reach import reachable_values
+from .adapter import note_train_loss
 from .ops import TensorBase
 
 _IMMUTABLE = (int, float, complex, bool, str, bytes, type(None), type(Ellipsis), range, slice, frozenset,
@@ -391,11 +392,14 @@ class KeepCallback(Callback):
         self.step = k.begin(net, self.rs, model, self.found[1], tuple(batch), {})
 
     def on_train_step_end(self, run_context: Any) -> None:
+        dbg = self.keeper.dbg
+        if not dbg.closed and len(dbg.session.recorder):
+            note_train_loss(dbg._adapter, run_context)
         if self.step is not None:
             step, self.step = self.step, None
             self.keeper.end(step, self.rs, run_context.original_args().net_outputs, True)
-        elif not self.keeper.dbg.closed and len(self.keeper.dbg.session.recorder):
-            self.keeper.dbg._adapter.end_step()  # a step not kept (replay_window=0) still ends
+        elif not dbg.closed and len(dbg.session.recorder):
+            dbg._adapter.end_step()  # a step not kept (replay_window=0) still ends
 
 
 # -- GRAPH mode -----------------------------------------------------------------------------------------
