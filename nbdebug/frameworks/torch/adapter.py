@@ -32,6 +32,7 @@ from ..core.calls import module_base, parent_scope
 from ..core.capture import LEVELS, Capture
 from ..core.recording import announce
 from ..core.records import slot_name
+from .compiled import retrace, run_eagerly
 from .ddp import ReducedGrads
 from .module_grads import ModuleGrads
 from .monitor import TorchMonitor
@@ -193,6 +194,10 @@ class TorchAdapter(ModuleGrads, Capture):
 
     # -- attach / detach --------------------------------------------------------------------------
     def _attach(self, model: torch.nn.Module) -> None:
+        if self.level.ops:  # compiled kernels hide their ops: compiled code runs eagerly while attached
+            self.hooks.add(run_eagerly(model))
+        else:  # code compiled before now calls no hook of ours: compiled again
+            retrace(model)
         monitor = not self.level.records_tensors
         self.monitor_probe = TorchMonitor(self, model, modules=not self.level.modules, weights=monitor,
                                           wrap=_eager)
