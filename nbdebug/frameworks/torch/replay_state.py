@@ -11,7 +11,12 @@ Nothing is pickled.
 
 :meth:`StepState.swap_in` installs a copy of the kept state into the live objects (parameters and buffers
 by swapping their ``.data``, so the live storages are never written; optimizer state by swapping the
-``state`` mapping) and returns a :class:`Live` that puts the live objects back exactly as they were.
+``state`` mapping) and returns a :class:`Live` that puts the live objects back exactly as they were. Tensors
+the step reaches outside the model are kept too and the replay writes into copies of them, the live ones put
+back after: the parameters and buffers of another module (an EMA copy updated in the step, an
+``AveragedModel``) and parameters in a list (``torch._foreach_lerp_(ema_params, …)``) copied like the model's;
+other tensors (data, an accumulator) by reference with their version, one the step changed since it started
+noted (the replay starts from its later value).
 
 >>> import torch
 >>> model = torch.nn.Linear(2, 1); opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -74,7 +79,8 @@ def find_objects(fn: Callable, model: Any, **given: Any) -> dict[str, list[Any]]
     or the globals it names; ``given`` (``optimizers=``, ``scalers=``, ``schedulers=``, one object or a
     list) replaces what is found."""
     found: dict[str, list[Any]] = {"optimizers": [], "scalers": [], "schedulers": [], "generators": []}
-    for v in reachable_values(fn):
+    values = reachable_values(fn)
+    for v in values:
         kind = _kind(v)
         if kind is not None and not any(v is o for o in found[kind]):
             found[kind].append(v)
@@ -85,7 +91,37 @@ def find_objects(fn: Callable, model: Any, **given: Any) -> dict[str, list[Any]]
         if objs is not None:
             found[kind] = list(objs) if isinstance(objs, (list, tuple)) else [objs]
     found["optimizers"] = [_unwrap_optimizer(o) for o in found["optimizers"]]
+    found[REACHED] = reached_tensors(values, model)
     return found
+
+
+#: ``find_objects``' key of the tensors the step reaches outside the model (kept with the step's state, not
+#: bound by save_repro's script, which refuses a name it cannot rebuild)
+REACHED = "reached"
+
+
+def reached_tensors(values: list[Any], model: Any) -> list[tuple[torch.Tensor, bool]]:
+    """``(tensor, copied)`` for the tensors among ``values`` that are not the model's: tensors, those of a list,
+    tuple or dict, the parameters and buffers of a module that is not part of the model; ``copied``: state
+    to copy at each step's start (a module's, a parameter), else a tensor held by reference."""
+    own = {id(t) for t in model.parameters()} | {id(t) for t in model.buffers()} if model is not None else set()
+    parts = {id(m) for m in model.modules()} if model is not None else set()
+    out: dict[int, torch.Tensor] = {}
+    state: set[int] = set()
+    for v in values:
+        if isinstance(v, torch.nn.Module):
+            items = [] if id(v) in parts else list(v.parameters()) + list(v.buffers())
+            state.update(id(t) for t in items)
+        elif isinstance(v, (list, tuple)):
+            items = list(v)
+        elif isinstance(v, dict):
+            items = list(v.values())
+        else:
+            items = [v]
+        for t in items:
+            if isinstance(t, torch.Tensor) and id(t) not in own and not t.is_inference():
+                out.setdefault(id(t), t)
+    return [(t, id(t) in state or isinstance(t, torch.nn.Parameter)) for t in out.values()]
 
 
 
@@ -207,6 +243,9 @@ class StepState:
         #: the step function's own ``torch.Generator`` s (``generator=`` noise, sampling) and their states when
         #: the step started: a replay draws the same numbers, and puts their live state back after
         self.generators: list[tuple[Any, torch.Tensor]] = []
+        #: tensors the step reaches outside the model: (tensor, its copy) for state (an EMA copy's weights),
+        #: (tensor, its version) for one held by reference
+        self.reached: list[tuple[torch.Tensor, Any]] = []
         self.training: list[bool] = []
         self.rng: dict[str, Any] = {}
         self.args: tuple = ()
@@ -259,11 +298,27 @@ class StepState:
             live.generators = [(gen, gen.get_state()) for gen, _st in self.generators]
             for gen, st in self.generators:
                 gen.set_state(st)
+            self._swap_reached(live)
             set_rng_state(self.rng)
         except BaseException:
             live.restore()
             raise
         return live
+
+    def _swap_reached(self, live: Live) -> None:
+        """The replay writes into copies of the tensors the step reaches outside the model; the live ones
+        come back untouched (the replay of an EMA update changed the live EMA copy)."""
+        changed = 0
+        for t, kept in self.reached:
+            if isinstance(kept, int):  # by reference
+                changed += t._version != kept
+                kept = t.data
+            live.data.append((t, t.data, None))
+            t.data = kept.clone()
+        if changed:
+            self.problems_at_replay.append(
+                f"{changed} tensor(s) the step reaches outside the model (an EMA copy, an accumulator) were "
+                f"changed in place after the step started: the replay starts from their later values")
 
     def _swap_model(self, model: Any, live: Live) -> None:
         live.training = [m.training for m in model.modules()]
@@ -339,6 +394,7 @@ class Live:
 def planned_bytes(model: Any, objects: Mapping[str, list[Any]]) -> int:
     """Bytes :func:`keep` will copy for ``model`` and ``objects`` (asked before copying)."""
     n = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+    n += sum(t.numel() * t.element_size() for t, copied in objects.get(REACHED, ()) if copied)
     n += sum(b.numel() * b.element_size() for b in model.buffers())
     for opt in objects.get("optimizers", ()):
         for st in opt.state.values():
@@ -382,6 +438,8 @@ def keep(model: Any, objects: Mapping[str, list[Any]], args: tuple, kwargs: dict
         for sched in objects.get("schedulers", ()):
             s.schedulers.append((sched, _cloned(sched.state_dict())))
         s.generators = [(gen, gen.get_state()) for gen in objects.get("generators", ())]
+        s.reached = [(t, s.keep_copy(cp, f"reached{i}", t) if copied else t._version)
+                     for i, (t, copied) in enumerate(objects.get(REACHED, ()))]
         cp.flush()
         s.rng = rng_state()
         s.args = _walk(args, lambda p, t: clone_tensor(t), "args", s.problems)

@@ -31,6 +31,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from .replay_state import REACHED
+
 _SAFETENSORS = importlib.util.find_spec("safetensors") is not None
 
 
@@ -229,7 +231,7 @@ def bindings(fn: Any, model: Any, objects: dict[str, list[Any]]) -> list[str]:
         if v is model:
             lines.append(f"{name} = model")
             continue
-        found = next((f"{kind}[{i}]" for kind, objs in objects.items()
+        found = next((f"{kind}[{i}]" for kind, objs in objects.items() if kind != REACHED
                       for i, o in enumerate(objs) if o is v),
                      None)  # the object itself first: a scheduler's .optimizer is an optimizer too
         found = found or next((f"optimizers[{i}]" for i, o in enumerate(objects.get("optimizers", []))

@@ -1,0 +1,439 @@
+"""PyTorch training patterns nbdebug was not built against, tried as an outside user would (round 4).
+
+``torch.compile`` (a whole model and a compiled submodule), evaluation under ``torch.inference_mode()`` /
+``torch.no_grad()`` between training steps, LoRA-style fine-tuning (frozen base, hand-written adapters, param
+groups with their own lr and weight decay, ``LambdaLR``, ``clip_grad_norm_(foreach=True)``), an EMA copy
+updated each step (``torch._foreach_lerp_``, ``AveragedModel``), SAM (two forward/backward passes per
+optimizer step), two optimizers in one step, a channels_last CNN, FNet (FFT), Bloom (ALiBi, ``baddbmm``) and
+GPT-NeoX (partial rotary) from tiny configs. Each defect they showed is tested on the smallest set-up that
+shows it:
+
+- an op-level capture (L1/mix) of a ``torch.compile``d model: dynamo traced the capture's own Python (the op
+  mode), recompiled on its guards until its limit (warnings naming ``nbdebug/frameworks/core/recording.py``),
+  printed ``AttributeError: 'TorchRef' object has no attribute 'pool'`` from objects it made without
+  ``__init__``, and ran single ops through compiled kernels: the run was not the undebugged one, and nothing
+  said what was captured. Compiled code now runs eagerly while such a capture is attached
+  (``torch.compiler.set_stance("force_eager")``, undone at close), with a warning naming the compiled modules;
+  L0 and monitor leave the model compiled (their hooks run between the compiled regions) and bitwise;
+- ``dbg.replay`` of a step that updates an EMA copy (a module or a list of parameters the step function
+  reaches, not the attached model) ran the update again on the live EMA weights: after a replay the EMA
+  differed from an undebugged run's, silently. The replay now writes into copies of such tensors (kept with
+  the step's state, so an ``AveragedModel``'s ``n_averaged`` starts where it was and the replay is bitwise)
+  and puts the live ones back.
+
+What held is guarded below: training bitwise unchanged, every (node, slot) of a step showing the value used
+(``check_step``), no floating backward node, and the behaviour chosen where it was unspecified (an eval pass
+between steps is no step of its own: it is recorded into the step in progress, before its training call).
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from test_invariant_models import check_step
+
+import nbdebug
+from nbdebug.frameworks.torch.compiled import stance
+
+
+def _floating(dbg) -> list[str]:
+    graph = dbg.graph
+    g = graph.to_networkx()
+    assert set(g.nodes) == set(graph.nodes) and set(g.edges) == set(graph.edges)
+    return [n.name for n in graph if n.section == "backward" and not graph.predecessors(n.name)]
+
+
+def _same(a, b) -> bool:
+    return len(a) == len(b) and all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+
+
+def _state_equal(m1: nn.Module, m2: nn.Module) -> bool:
+    return _same(list(m1.state_dict().values()), list(m2.state_dict().values()))
+
+
+class MLP(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1, self.act, self.fc2 = nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.fc2(self.act(self.fc1(x)))
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inp = nn.Linear(8, 8)
+        self.body = MLP()
+
+    def forward(self, x):
+        return self.body(torch.relu(self.inp(x)))
+
+
+def _sgd_loop(model, call=None, after=None, steps=3):
+    call = model if call is None else call
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    g = torch.Generator().manual_seed(1)
+    losses = []
+    for i in range(steps):
+        x, y = torch.randn(4, 8, generator=g), torch.randn(4, 4, generator=g)
+        opt.zero_grad()
+        loss = F.mse_loss(call(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.detach().clone())
+        if after:
+            after(i)
+    return losses
+
+
+def _net() -> Net:
+    torch.manual_seed(0)
+    return Net()
+
+
+# -- torch.compile -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("level, whole", [("L1", True), ("mix", False)])
+def test_a_compiled_model_at_op_level_runs_eagerly_and_says_so(level, whole):
+    torch._dynamo.reset()
+    plain = _net()
+    want = _sgd_loop(plain)  # eager, undebugged
+    model = _net()
+    if whole:
+        attached = call = torch.compile(model)
+    else:
+        model.body = torch.compile(model.body)
+        attached = call = model
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        dbg = nbdebug.Debugger(attached, level=level)
+    said = [str(w.message) for w in caught if "torch.compile" in str(w.message)]
+    assert len(said) == 1 and ("the model" if whole else "'body'") in said[0] and "force_eager" in said[0], said
+    try:
+        assert stance() == "force_eager"
+        counts = []
+        got = _sgd_loop(model, call, lambda i: counts.append(check_step(dbg, i)))
+        assert "Functional.gelu.0.forward" in dbg.graph.nodes  # an op inside the compiled code is recorded
+        assert _floating(dbg) == []
+    finally:
+        dbg.close()
+    assert stance() == "default"  # the user's stance is back
+    assert all(r > 10 for r, _ in counts), counts
+    assert _same(got, want) and _state_equal(model, plain)  # bitwise the eager run: every op ran as recorded
+
+
+@pytest.mark.parametrize("level", ["L0", "monitor"])
+def test_a_compiled_model_at_module_level_stays_compiled_and_trains_bitwise(level):
+    """Its class's code compiled and ran before the Debugger attached (here through another instance; the
+    same holds for the model itself): dynamo does not guard on module hooks, so that code ran on without
+    them and the capture saw the root module only (3 nodes at L0, no submodule series at monitor)."""
+    torch._dynamo.reset()
+    plain = _net()
+    want = _sgd_loop(plain, torch.compile(plain))  # compiled, undebugged
+    model = _net()
+    compiled = torch.compile(model)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        dbg = nbdebug.Debugger(compiled, level=level)
+    said = [str(w.message) for w in caught if "torch.compile" in str(w.message)]
+    assert len(said) == 1 and "torch.compiler.reset()" in said[0] and caught[0].filename == __file__, said
+    with dbg:
+        assert stance() == "default"
+        counts = []
+        got = _sgd_loop(model, compiled, lambda i: counts.append(check_step(dbg, i)))
+        if level == "L0":
+            assert all(r > 10 for r, _ in counts) and _floating(dbg) == []
+        else:
+            norms = [dbg.session.monitor.value(i, "Module._orig_mod.body.fc2.Linear", "output_norm") for i in range(3)]
+            assert all(v is not None and v > 0 for v in norms), norms
+    assert _same(got, want) and _state_equal(model, plain)
+
+
+# -- evaluation between training steps ----------------------------------------------------------------
+@pytest.mark.parametrize("level, grad_off", [("mix", torch.inference_mode), ("L0", torch.no_grad)])
+def test_an_eval_pass_between_steps_is_recorded_into_the_next_step(level, grad_off):
+    """No step of its own: the eval forward after step i is the first call of step i + 1 (``forward.0``, the
+    training call ``forward.1``); its values (inference tensors included) are the ones computed."""
+    def run(model, dbg=None):
+        torch.manual_seed(2)  # dropout
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        g = torch.Generator().manual_seed(1)
+        out = []
+        for i in range(3):
+            model.train()
+            x, y = torch.randn(4, 8, generator=g), torch.randn(4, 4, generator=g)
+            opt.zero_grad()
+            loss = F.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            model.eval()
+            with grad_off():
+                out += [loss.detach(), model(torch.randn(6, 8, generator=g)).clone()]
+            if dbg is not None and i:
+                check_step(dbg, i)
+        return out
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Dropout(0.2), nn.Linear(16, 4))
+    plain = copy.deepcopy(model)
+    want = run(plain)
+    with nbdebug.Debugger(model, level=level) as dbg:
+        got = run(model, dbg)
+        assert sorted(dbg.session.steps) == [0, 1, 2]  # the optimizer's steps, no more
+        assert "Module.3.Linear.forward.1" not in {k[0] for k in dbg.session.table(0).keys}
+        evaluated = dbg.tensor("Module.3.Linear.forward.0", "output.0", step=2)  # step 1's eval pass
+        trained = dbg.tensor("Module.3.Linear.forward.1", "output.0", step=2)
+        assert evaluated.shape == (6, 4) and trained.shape == (4, 4)
+        assert torch.equal(torch.from_numpy(evaluated), want[3])
+        assert _floating(dbg) == []
+    assert _same(got, want) and _state_equal(model, plain)
+
+
+# -- LoRA-style fine-tuning -----------------------------------------------------------------------------
+class LoRALinear(nn.Module):
+    def __init__(self, d: int, o: int, r: int = 2) -> None:
+        super().__init__()
+        self.base = nn.Linear(d, o).requires_grad_(False)
+        self.lora_A = nn.Parameter(torch.randn(r, d) * 0.1)
+        self.lora_B = nn.Parameter(torch.zeros(o, r))
+
+    def forward(self, x):
+        return self.base(x) + F.linear(F.linear(x, self.lora_A), self.lora_B) * 0.5
+
+
+class LoRANet(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb, self.norm = nn.Linear(8, 16).requires_grad_(False), nn.LayerNorm(16).requires_grad_(False)
+        self.fc1, self.fc2 = LoRALinear(16, 32), LoRALinear(32, 4)
+
+    def forward(self, x):
+        return self.fc2(F.gelu(self.fc1(self.norm(self.emb(x)))))
+
+
+def _lora_loop(model, after=None):
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    opt = torch.optim.AdamW([{"params": [p for n, p in named if n.endswith("lora_A")], "weight_decay": 0.1},
+                             {"params": [p for n, p in named if n.endswith("lora_B")], "weight_decay": 0.0,
+                              "lr": 3e-2}], lr=1e-2, foreach=True)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 / (1 + s))
+    g = torch.Generator().manual_seed(1)
+    out = []
+    for i in range(3):
+        x, y = torch.randn(4, 8, generator=g), torch.randn(4, 4, generator=g)
+        opt.zero_grad()
+        loss = F.mse_loss(model(x), y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_([p for _, p in named], 0.1, foreach=True)
+        opt.step()
+        sched.step()
+        out.append(loss.detach().clone())
+        if after:
+            after(i)
+    return out
+
+
+@pytest.mark.parametrize("level", ["L0", "L1", "mix"])
+def test_lora_fine_tuning_with_param_groups_a_scheduler_and_foreach_clipping(level):
+    torch.manual_seed(0)
+    model = LoRANet()
+    plain = copy.deepcopy(model)
+    want = _lora_loop(plain)
+    counts = []
+    with nbdebug.Debugger(model, level=level) as dbg:
+        got = _lora_loop(model, lambda i: counts.append(check_step(dbg, i)))
+        nodes = set(dbg.graph.nodes)
+        assert "Module.fc1.lora_A.parameters_grad.0" not in nodes  # an adapter weight is no module
+        grads = {n for n in nodes if ".parameters_grad." in n}
+        assert grads == {"Module.fc1.LoRALinear.parameters_grad.0", "Module.fc2.LoRALinear.parameters_grad.0"}
+        step = dbg.stats("Optimizer.AdamW.step.0", "parameters.fc1.lora_A", step=2) if level != "L0" else None
+        assert step is None or step["shape"] == (2, 16)
+        assert _floating(dbg) == []
+    assert all(r > 10 for r, _ in counts), counts
+    assert _same(got, want) and _state_equal(model, plain)
+
+
+# -- EMA, SAM, two optimizers ----------------------------------------------------------------------------
+def _ema_run(kind: str, level: str | None, replay_at: int | None = None):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    if kind == "averaged":
+        ema = torch.optim.swa_utils.AveragedModel(model,
+                                                  multi_avg_fn=torch.optim.swa_utils.get_ema_multi_avg_fn(0.9))
+    else:
+        ema = copy.deepcopy(model).requires_grad_(False)
+    ema_params = list(ema.parameters())
+
+    def step(x, y):
+        opt.zero_grad()
+        loss = F.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        if kind == "averaged":
+            ema.update_parameters(model)
+        else:
+            with torch.no_grad():
+                torch._foreach_lerp_(ema_params, list(model.parameters()), 0.1)
+        return loss.detach()
+
+    dbg = nbdebug.Debugger(model, level=level) if level else None
+    if dbg:
+        step = dbg.step_fn(step)
+    g = torch.Generator().manual_seed(1)
+    out, replays = [], []
+    for i in range(3):
+        x, y = torch.randn(4, 8, generator=g), torch.randn(4, 4, generator=g)
+        out.append(step(x, y).clone())
+        if i == replay_at:
+            replays.append(dbg.replay(i))
+    if dbg:
+        dbg.close()
+    return out + [t.detach().clone() for t in ema.state_dict().values()], replays
+
+
+@pytest.mark.parametrize("kind, level", [("foreach_lerp", "L0"), ("averaged", "mix")])
+def test_replaying_a_step_that_updates_an_ema_copy_leaves_the_live_ema_alone(kind, level):
+    want, _ = _ema_run(kind, None)
+    got, (replayed,) = _ema_run(kind, level, replay_at=1)
+    assert replayed.bitwise, replayed.mismatches
+    assert _same(got, want)  # the EMA weights (and n_averaged) too
+
+
+def _sam_loop(model, after=None, rho=0.05):
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(1)
+    out = []
+    for i in range(2):
+        x, y = torch.randn(4, 8, generator=g), torch.randn(4, 4, generator=g)
+        opt.zero_grad()
+        loss = F.mse_loss(model(x), y)
+        loss.backward()
+        params = [p for p in model.parameters() if p.grad is not None]
+        norm = torch.norm(torch.stack([p.grad.norm(2) for p in params]), 2)
+        with torch.no_grad():
+            eps = [p.grad * (rho / (norm + 1e-12)) for p in params]
+            torch._foreach_add_(params, eps)
+        opt.zero_grad()
+        F.mse_loss(model(x), y).backward()
+        with torch.no_grad():
+            torch._foreach_sub_(params, eps)
+        opt.step()
+        out.append(loss.detach().clone())
+        if after:
+            after(i)
+    return out
+
+
+def _two_optimizers_loop(model, after=None, dbg=None):
+    o1 = torch.optim.AdamW(model.inp.parameters(), lr=1e-2)
+    o2 = torch.optim.SGD(model.body.parameters(), lr=0.1, momentum=0.9)
+    g = torch.Generator().manual_seed(1)
+    out = []
+    if dbg is not None:
+        dbg.step()  # README: with several optimizers an iteration, call dbg.step() once before the loop too
+    for i in range(2):
+        x, y = torch.randn(4, 8, generator=g), torch.randn(4, 4, generator=g)
+        o1.zero_grad()
+        o2.zero_grad()
+        loss = F.mse_loss(model(x), y)
+        loss.backward()
+        o1.step()
+        o2.step()
+        if dbg is not None:
+            dbg.step()
+        out.append(loss.detach().clone())
+        if after:
+            after(i)
+    return out
+
+
+@pytest.mark.parametrize("loop", ["sam", "two_optimizers"])
+def test_sam_and_two_optimizers_in_one_step(loop):
+    model = _net()
+    plain = copy.deepcopy(model)
+    counts = []
+    with nbdebug.Debugger(model, level="mix") as dbg:
+        if loop == "sam":
+            want = _sam_loop(plain)
+            got = _sam_loop(model, lambda i: counts.append(check_step(dbg, i)))
+            # two forward passes in the step: the second is call 1 of each module
+            assert {"Module.body.fc1.Linear.forward.1", "Module.body.fc1.Linear.backward.1"} <= set(dbg.graph.nodes)
+        else:
+            want = _two_optimizers_loop(plain)
+            got = _two_optimizers_loop(model, lambda i: counts.append(check_step(dbg, i)), dbg)
+            assert sorted(dbg.session.steps) == [0, 1]  # one step an iteration, both optimizers in it
+            # the step's optimizer steps are numbered in their order, whatever their class
+            assert {"Optimizer.AdamW.step.0", "Optimizer.SGD.step.1"} <= {k[0] for k in dbg.session.table(1).keys}
+        assert _floating(dbg) == [] and dbg.first_nonfinite(None) is None
+    assert all(r > 10 for r, _ in counts), counts
+    assert _same(got, want) and _state_equal(model, plain)
+
+
+# -- architectures ----------------------------------------------------------------------------------------
+VOCAB = 64
+
+
+def _arch(kind: str):
+    import transformers as T
+
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(1)
+    if kind == "channels_last_cnn":
+        m = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+                          nn.Conv2d(8, 8, 3, groups=8, padding=1), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                          nn.Linear(8, 4)).to(memory_format=torch.channels_last)
+        batches = [(torch.randn(2, 3, 8, 8, generator=g).to(memory_format=torch.channels_last),
+                    torch.randint(0, 4, (2,), generator=g)) for _ in range(2)]
+        return m, batches, lambda m, b: F.cross_entropy(m(b[0]), b[1])
+    if kind == "fnet":
+        m = T.FNetForMaskedLM(T.FNetConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=1,
+                                           intermediate_size=64, max_position_embeddings=64,
+                                           hidden_dropout_prob=0.0, use_tpu_fourier_optimizations=False))
+    elif kind == "bloom":
+        m = T.BloomForCausalLM(T.BloomConfig(vocab_size=VOCAB, hidden_size=32, n_layer=1, n_head=4,
+                                             hidden_dropout=0.0, attention_dropout=0.0))
+    else:
+        m = T.GPTNeoXForCausalLM(T.GPTNeoXConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=1,
+                                                 num_attention_heads=4, intermediate_size=64,
+                                                 max_position_embeddings=64, rotary_pct=0.5,
+                                                 hidden_dropout=0.0, attention_dropout=0.0))
+    return m.train(), [torch.randint(0, VOCAB, (2, 8), generator=g) for _ in range(2)], \
+        lambda m, b: m(input_ids=b, labels=b).loss
+
+
+@pytest.mark.parametrize("kind", ["channels_last_cnn", "fnet", "bloom", "gpt_neox"])
+def test_architecture_trains_bitwise_and_shows_the_values_used(kind):
+    model, batches, loss_fn = _arch(kind)
+    plain = copy.deepcopy(model)
+
+    def run(m, after=None):
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
+        out = []
+        for i, b in enumerate(batches):
+            opt.zero_grad()
+            loss = loss_fn(m, b)
+            loss.backward()
+            opt.step()
+            out.append(loss.detach().clone())
+            if after:
+                after(i)
+        return out
+
+    want = run(plain)
+    counts = []
+    with nbdebug.Debugger(model, level="mix") as dbg:
+        def after(i):
+            counts.append(check_step(dbg, i))
+            if i:
+                check_step(dbg, i - 1)
+
+        got = run(model, after)
+        assert _floating(dbg) == [] and dbg.first_nonfinite(None) is None
+    assert all(r > 10 for r, _ in counts), counts
+    assert _same(got, want) and _state_equal(model, plain)
