@@ -44,12 +44,14 @@ pytestmark = [pytest.mark.subprocess, pytest.mark.slow]
 
 
 @contextmanager
-def _job(tmp_path, mode, nproc, steps, arg=-1, level="L1", extra=()):
+def _job(tmp_path, mode, nproc, steps, arg=-1, level="L1", extra=(), summary_above=None):
     """A listener and ``torchrun ... ddp_variants.py`` attached to it; yields ``(listener, process, out)``
     once every rank joined (the ranks wait for ``out/go`` at step 1)."""
     out = tmp_path / mode
     out.mkdir()
     with nbdebug.listen(quiet=True) as listener:
+        if summary_above is not None:
+            listener.summary_above = summary_above
         env = dict(os.environ, **listener.env, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT), NBDEBUG_LEVEL=level)
         cmd = ["timeout", "200", sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
                *extra, "--master-addr", "127.0.0.1", "--master-port", str(free_port()), "-m", "nbdebug.run",
@@ -216,3 +218,41 @@ def test_uneven_ranks_one_leaves_early_and_one_is_slow(tmp_path):
         assert {job.source(r).step_index for r in job.ranks} == {at + 1}, _states(job)
         listener.terminate_all()
         assert proc.wait(60) == 0, _log(out)
+
+
+@pytest.mark.parametrize("summary_mode", [False, True])
+def test_four_ranks_at_the_monitor_level_a_nan_made_by_one(tmp_path, summary_mode):
+    """Rank 2's batch holds a NaN in step 4 (``NAN_STEP``); the allreduce brings it to every rank's gradients.
+    ``job.watch("TO")``: the module-output hits are rank 2's alone, the job pauses at one boundary, the first
+    non-finite is rank 2's ``inp`` at step 4, and the step summaries (the panel's overview) show the non-finite
+    series: a monitor-level step read 0 non-finite tensors (the overview cell clean) and, in summary mode (more
+    ranks than ``summary_above``), had no origin either, so ``first_nonfinite()`` answered None."""
+    from nbdebug.ui.job_panel import OVERVIEW_STEPS, overview_html
+
+    with _job(tmp_path, "nan", 4, 8, arg=2, level="monitor", summary_above=2 if summary_mode else None) as (
+            listener, proc, out):
+        job = listener.job
+        job.watch("TO")
+        (out / "go").write_text("go")
+        until(lambda: all(str(job.source(r).state) == "paused" for r in job.ranks)
+              and len({job.source(r).step_index for r in job.ranks}) == 1, 60, lambda: _states(job))
+        assert [job.source(r).detail for r in job.ranks] == ["summary" if summary_mode else "full"] * 4
+        outputs = {r: {(h.step, h.node) for h in job.hits[r] if h.slot == "output_norm"} for r in job.ranks}
+        assert (4, "Module.module.inp.Linear") in outputs[2]
+        assert all(not outputs[r] for r in (0, 1, 3)), outputs
+        assert all(min(h.step for h in job.hits[r]) == 4 for r in job.ranks)  # the gradients: every rank
+        first = job.first_nonfinite()
+        assert (first.rank, first.node, first.step) == (2, "Module.module.inp.Linear", 4), first
+        for r in job.ranks:
+            before, at = job.summary(r, 3), job.summary(r, 4)
+            assert before.nonfinite_tensors == 0 and before.tensors > 0 and before.max_abs is not None
+            assert at.nonfinite_tensors > 0 and at.nonfinite_values >= at.nonfinite_tensors
+            assert at.origin is not None and np.isnan(at.grad_norm_total)
+        assert job.summary(2, 4).origin[:2] == ("Module.module.inp.Linear", "output_norm")
+        html = overview_html(job, first)
+        row2 = html.split("<tr data-rank='2'>")[1].split("</tr>")[0]
+        cell = row2.split("<td")[3 + job.steps[-OVERVIEW_STEPS:].index(4)]  # rank, hits, then the steps
+        assert "#f4b6b6" in cell and "border:2px solid" in cell, cell
+        job.unwatch()
+        job.cont()
+        assert proc.wait(120) == 0, _log(out)

@@ -55,7 +55,7 @@ from ..session.stats import COL
 from ..ui.source import SourceView, as_source
 from ..watch.watchpoints import HitRecord, count_hits
 from .odd_rank import OddRankWatch
-from .summary import StepSummary, monitor_origin, summarize_table
+from .summary import StepSummary, summarize_monitor_row, summarize_table
 
 #: seconds a rank that just finished the target step gets to pause there before it counts as past it
 SETTLE_S = 0.5
@@ -234,8 +234,7 @@ class Job:
             row = session.monitor.row(step)
             if not row:
                 return None
-            loss = row.get(("Run", "loss"))
-            out = StepSummary(rank, step, 0, 0, 0, None, loss, hits, monitor_origin(row))
+            out = summarize_monitor_row(row, rank=rank, step=step, hits=hits)
             self._cache[(rank, step)] = out
             return out
         if step not in (getattr(session, "steps", {}) or {}):

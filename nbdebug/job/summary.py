@@ -115,6 +115,28 @@ def summarize_table(table: Any, *, rank: int, step: int, origin: tuple[str, str]
     return StepSummary(rank, step, n, int((bad > 0).sum()), int(bad.sum()), max_abs, loss, hits, where)
 
 
+def summarize_monitor_row(row: Mapping[tuple[str, str], float], *, rank: int, step: int,
+                          hits: int = 0) -> StepSummary:
+    """The summary of a monitor-level step (no statistics table) from its monitor ``row``: ``tensors`` the series
+    measured (the run's aside), ``nonfinite_tensors`` the non-finite ones among them — each holds one such value
+    at least, so ``nonfinite_values`` is that lower bound —, ``max_abs`` the largest finite ``…max_abs`` series,
+    the run's loss and total gradient norm, and the origin (:func:`monitor_origin`). Before, such a step read
+    0 non-finite tensors next to its non-finite origin, and the job panel showed it clean.
+
+    >>> s = summarize_monitor_row({("Module.m.A", "output_norm"): float("nan"), ("Module.m.A", "output_max_abs"):
+    ...     float("nan"), ("Module.m.B", "output_max_abs"): 3.0, ("Run", "grad_norm_total"): float("nan")},
+    ...     rank=2, step=4)
+    >>> s.tensors, s.nonfinite_tensors, s.max_abs, s.grad_norm_total, s.origin
+    (3, 2, 3.0, nan, ('Module.m.A', 'output_norm', 0))
+    """
+    measured = [(k, v) for k, v in row.items() if k[0] != "Run"]
+    bad = sum(1 for _k, v in measured if not np.isfinite(v))
+    mags = [v for k, v in measured if k[1].endswith("max_abs") and np.isfinite(v)]
+    return StepSummary(rank, step, len(measured), bad, bad, max(mags) if mags else None,
+                       _opt_float(row.get(("Run", "loss"))), hits, monitor_origin(row),
+                       _opt_float(row.get(("Run", "grad_norm_total"))))
+
+
 #: the order a monitor row's non-finite series are taken in for a step's origin: forward module outputs, the
 #: gradients coming into the modules' backward (a module's series, ``Module.…`` or ``Cell.…``, are told by
 #: their fields: no framework's prefix here), the parameters' series, then the run's (loss, total grad norm)

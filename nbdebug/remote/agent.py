@@ -164,6 +164,10 @@ class Agent:
             if found is not None:
                 s = replace(s, origin=(found[0], found[1], int(table.index.get((found[0], found[1]), -1))))
         mon = getattr(dbg.session, "monitor", None)
+        if mon is not None and dbg.level == "monitor":  # no table: the step's monitor row (origin too)
+            from ..job.summary import summarize_monitor_row
+
+            s = summarize_monitor_row(mon.row(step), rank=self.info.get("rank") or 0, step=step, hits=hits)
         loss = mon.value(step, "Run", "loss") if mon is not None else None
         grad = mon.value(step, "Run", "grad_norm_total") if mon is not None else None
         last, self._last_step_end = self._last_step_end, (step, now)

@@ -11,7 +11,9 @@ MODE:
   ``torchrun --max-restarts 1`` the job restarts and the second attempt trains to the end;
 * ``uneven``: rank ARG stops after half the steps and leaves normally (no collective after: plain SGD on a
   non-DDP model whose gradients are averaged by hand with ``all_reduce`` only while every rank trains);
-* ``slow``: rank ARG sleeps 1.5 s in each step (DDP: the others wait for it in the allreduce).
+* ``slow``: rank ARG sleeps 1.5 s in each step (DDP: the others wait for it in the allreduce); ``slowfree``
+  the same without DDP (no collective: the ranks drift apart);
+* ``nan``: DDP; rank ARG's batch holds a NaN in step ``NAN_STEP`` (the allreduce brings it to every rank).
 
 Step 0 runs (the runner attaches at the first model call), then every rank waits for the file GATE. Each rank
 writes what it computed, per step, to ``OUT/rank{R}.json`` (loss, and each parameter's norm after the step)
@@ -30,6 +32,7 @@ from torch.nn.parallel import DistributedDataParallel
 gate, out, mode, steps = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 arg = int(sys.argv[5]) if len(sys.argv) > 5 else -1
 attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+NAN_STEP = 4
 if mode == "crash":  # a store of each attempt's own: gloo's mesh of a restart found the last one's addresses
     dist.init_process_group("gloo", init_method=f"file://{os.path.join(out, f'store{attempt}')}",
                             rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
@@ -89,6 +92,8 @@ for step in range(my_steps):
     if mode == "crash" and attempt == 0 and rank == arg and step == 3:
         raise RuntimeError(f"rank {rank}: simulated crash in step {step} of attempt {attempt}")
     x = torch.randn(8, 6, generator=data)
+    if mode == "nan" and rank == arg and step == NAN_STEP:
+        x[0, 0] = float("nan")
     y = x.sum(1, keepdim=True)
     opt.zero_grad()
     if mode == "nosync":
