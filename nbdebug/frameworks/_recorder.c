@@ -29,7 +29,7 @@ static PyObject *S__seen, *S_version, *S_measure, *S_buf, *S_ref, *S_dtype, *S_w
     *S_counts, *S_index, *S_by_node, *S_edges, *S__succ, *S__pred, *S_as_input, *S_copy, *S_keep, *ONE;
 
 static PyObject *S_is_cpu, *S_layout, *S_is_contiguous, *S_contiguous, *S_data_ptr, *S_fast, *S__n, *S__cap,
-    *S__ptr, *S__version;
+    *S__ptr, *S__version, *S___tensor_flatten__;
 
 static int rec_intern(void) {
 #define INTERN(var, text)                                  \
@@ -50,7 +50,7 @@ static int rec_intern(void) {
     INTERN(S_as_input, "as_input") INTERN(S_copy, "copy") INTERN(S_keep, "keep")
     INTERN(S_is_cpu, "is_cpu") INTERN(S_layout, "layout") INTERN(S_is_contiguous, "is_contiguous")
     INTERN(S_contiguous, "contiguous") INTERN(S_data_ptr, "data_ptr") INTERN(S_fast, "fast") INTERN(S__n, "_n")
-    INTERN(S__cap, "_cap") INTERN(S__ptr, "_ptr") INTERN(S__version, "_version")
+    INTERN(S__cap, "_cap") INTERN(S__ptr, "_ptr") INTERN(S__version, "_version") INTERN(S___tensor_flatten__, "__tensor_flatten__")
 #undef INTERN
     return (ONE = PyLong_FromLong(1)) == NULL ? -1 : 0;
 }
@@ -493,7 +493,7 @@ static int rec_common(PyObject *self, PyObject *session, PyObject *node, PyObjec
     Py_XDECREF(v);
     if (ok <= 0) return ok;
     int k = PyObject_IsTrue(keep);
-    if (k <= 0) return k;
+    if (k <= 0) return k < 0 ? -1 : 1; /* statistics only (the optimizer step's slots): nothing to retain */
     int pinned = rec_pinned(session, name);
     if (pinned != 0) return pinned < 0 ? -1 : 0;
     v = PyObject_GetAttr(self, S_retain);
@@ -639,6 +639,8 @@ static int buf_int(PyObject *buf, PyObject *name, Py_ssize_t *out) {
 /* The common case; NULL with no error set: not one (the caller calls ``slow``). */
 static PyObject *measure_fast(PyObject *buf, PyObject *t, PyObject *version) {
     PyObject *v = NULL, *entry, *shape = NULL, *src = NULL, *out = NULL, *ref = NULL;
+    /* a wrapper subclass (a DTensor) has no data of its own: its data_ptr() is an offset from NULL */
+    if (_PyType_Lookup(Py_TYPE(t), S___tensor_flatten__) != NULL) return NULL;
     if ((v = PyObject_GetAttr(t, S_dtype)) == NULL) return NULL;
     entry = PyDict_GetItemWithError(m_fast, v); /* borrowed */
     Py_CLEAR(v);
@@ -690,7 +692,7 @@ static PyObject *measure_fast(PyObject *buf, PyObject *t, PyObject *version) {
     }
     void *data = PyLong_AsVoidPtr(v);
     Py_CLEAR(v);
-    if (data == NULL && PyErr_Occurred()) goto done;
+    if (data == NULL) goto done; /* an error, or no data of its own (a wrapper subclass: DTensor): slow */
     if ((ref = PyWeakref_NewRef(t, NULL)) == NULL) goto done;
     PyObject *nrow = PyLong_FromSsize_t(row + 1);
     if (nrow == NULL) goto done;

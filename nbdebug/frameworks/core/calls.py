@@ -238,25 +238,39 @@ class Calls:
         self._opt_calls += 1
         node = self.session.node(name, kind="op", op_type="step", scope="optimizer", section="optimizer")
         graph = self.session.graph
+        refuse = self.session.store.refuse
+        names = self._opt_names.get(name)
+        if names is None:
+            names = self._opt_names[name] = {}
+        versions = self.ops.has_versions
         for qual, p in params:
-            slot = f"parameters.{qual}"
-            if not self.ops.has_versions:  # updated in place, and no version counter says so: measure again
+            named = names.get(qual)
+            if named is None:  # the same strings every step: no formatting per slot and step
+                slot = f"parameters.{qual}"
+                named = names[qual] = (slot, (name, slot), f"Parameter.{qual}", (
+                    f"not retained: {name} {slot} is kept as statistics only; "
+                    f"the updated value is Parameter.{qual} output.0 of the next step"))
+            slot, key, pnode, reason = named
+            if not versions:  # updated in place, and no version counter says so: measure again
                 self._seen.pop(id(p), None)
             self.slot(node, slot, p, as_input=False, keep=False)
-            self.session.store.refuse((name, slot), f"not retained: {name} {slot} is kept as statistics only; "
-                                      f"the updated value is Parameter.{qual} output.0 of the next step")
-            pnode = f"Parameter.{qual}"
+            refuse(key, reason)
             if pnode in graph.nodes:
                 graph.add_edge(pnode, name, "output.0", slot)
             last = self._pgrad_last.get(qual)
             if last is not None:
                 graph.add_edge(last[0], name, last[1], slot)
         for qual, key, t in state:
-            slot = f"{key}.{qual}"
-            if not self.ops.has_versions:
+            named = names.get((key, qual))
+            if named is None:
+                slot = f"{key}.{qual}"
+                reason = f"not retained: {name} {slot} is kept as statistics only"
+                named = names[(key, qual)] = (slot, (name, slot), reason)
+            slot, skey, reason = named
+            if not versions:
                 self._seen.pop(id(t), None)
             producer = self.slot(node, slot, t, as_input=False, origin=False, keep=False).producer
             if producer is not None and producer[0] != name:  # the op of this step that wrote it last
                 graph.add_edge(producer[0], name, producer[1], slot)
-            self.session.store.refuse((name, slot), f"not retained: {name} {slot} is kept as statistics only")
+            refuse(skey, reason)
         return node

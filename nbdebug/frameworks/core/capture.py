@@ -75,6 +75,8 @@ class Capture(Recording, Calls):
         self._monitor_rows = MonitorRows(self.module_prefix, derive=self.level.records_tensors)
         #: module call node -> the module call node it ran inside (None: the top), kept across steps
         self._parents: dict[str, str | None] = {}
+        #: optimizer step node -> {qual or (key, qual): its slot's names and refusal}, kept across steps
+        self._opt_names: dict[str, dict[Any, tuple]] = {}
         self.new_step_state()
 
     def new_step_state(self) -> None:
