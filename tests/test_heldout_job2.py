@@ -152,11 +152,23 @@ def test_ddp_no_sync_accumulation_and_find_unused_parameters(tmp_path):
 
 @pytest.mark.parametrize("level", ["L1", "monitor"])
 def test_fsdp2_job_trains_and_shows_each_rank_its_shard(tmp_path, level):
-    steps = 4
+    steps = 5
     with _job(tmp_path, "fsdp2", 2, steps, level=level) as (listener, proc, out):
-        (out / "go").write_text("go")
-        assert proc.wait(120) == 0, _log(out)  # SIGSEGV in the first backward (L1), ValueError (monitor)
         job = listener.job
+        (out / "go").write_text("go")
+        fetched = {}
+        if level == "L1":  # the tensor view: a rank's values fetched from it while the job is paused
+            until(lambda: min(job.source(r).step_index for r in job.ranks) >= 2, 60,
+                  lambda: f"{_states(job)}\n{_log(out)}")
+            listener.pause_all()
+            until(lambda: all(str(job.source(r).state) == "paused" for r in job.ranks), 30, lambda: _states(job))
+            for r in job.ranks:
+                src = job.source(r)
+                for node, slot in (("Module.inp.FSDPLinear.parameters_grad.0", "weight"),
+                                   ("Parameter.side.weight", "output.0")):  # .numpy() refused the DTensor
+                    fetched[r, node] = (src.tensor(node, slot, 1), src.stats(node, slot, 1, ["norm"])["norm"])
+            listener.cont_all()
+        assert proc.wait(120) == 0, _log(out)  # SIGSEGV in the first backward (L1), ValueError (monitor)
         assert job.steps == list(range(steps))
         for r in job.ranks:
             src, rec = job.source(r), _record(out, r)
@@ -166,6 +178,13 @@ def test_fsdp2_job_trains_and_shows_each_rank_its_shard(tmp_path, level):
                         got = _grad_norms(src, step, f"Module.{owner}.FSDPLinear", "parameters_grad.0")
                         for local in ("weight", "bias"):  # the rank's shard of the reduce-scattered gradient
                             assert _close(got[local], rec["grads"][step][f"{owner}.{local}"]), (r, step, owner)
+                        if step:  # the weights the step used: the shard as the previous step left it
+                            used = src.stats(f"Parameter.{owner}.weight", "output.0", step, ["norm"])["norm"]
+                            assert _close(used, rec["norms"][step - 1][f"{owner}.weight"]), (r, step, owner)
+                grad, norm = fetched[r, "Module.inp.FSDPLinear.parameters_grad.0"]
+                assert grad.shape == (4, 6) and _close(float(np.linalg.norm(grad)), rec["grads"][1]["inp.weight"])
+                weight, norm_w = fetched[r, "Parameter.side.weight"]
+                assert _close(float(np.linalg.norm(weight)), norm_w) and _close(norm_w, rec["norms"][0]["side.weight"])
             else:
                 mon = src.session.monitor
                 for name in ("inp.weight", "head.weight", "side.bias"):

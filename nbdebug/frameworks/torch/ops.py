@@ -23,7 +23,7 @@ import torch
 
 from ...session.store import NotRetainedError
 from ..core.records import Seen
-from .stats import StatsBuffer, native_kernels
+from .stats import StatsBuffer, local_shard, native_kernels
 
 _NO_VERSION = iter(range(-1, -(1 << 62), -1))
 _USE_COUNT = getattr(torch._C, "_storage_Use_Count", None)
@@ -200,6 +200,9 @@ class TorchOps:
     measure = staticmethod(_NATIVE[0] if _NATIVE else StatsBuffer.measure)
 
     def reference(self, t: torch.Tensor, seen: Seen, copy: bool) -> Any:
+        local = local_shard(t)
+        if local is not t:  # a DTensor: its local shard, the values its statistics describe (.numpy() refused it)
+            return TorchRef(local, copy, None, seen.nbytes, self.pool)
         return TorchRef(t, copy, seen.version, seen.nbytes, self.pool)
 
     @staticmethod
