@@ -123,6 +123,7 @@ def _propagates(graph: Any, origin: str, table: Any, by_node: dict[str, list[int
     """Whether a path of non-finite outputs from ``origin`` reaches a node without consumers in the step."""
     if not graph.edges:
         return True  # no data flow known: nothing says the value is absorbed
+    unsupported = getattr(table, "unsupported", None) or {}  # rows without statistics (a kernel's unwritten output)
     seen = {origin}
     frontier = [origin]
     while frontier:
@@ -137,8 +138,8 @@ def _propagates(graph: Any, origin: str, table: Any, by_node: dict[str, list[int
         if not consumers:
             return True
         for c in consumers:
-            if not any(not table.keys[i][1].startswith(_IN_PREFIXES) for i in by_node[c]):
-                return True  # a consumer without recorded outputs cannot show that it absorbed the value
+            if not any(not table.keys[i][1].startswith(_IN_PREFIXES) and i not in unsupported for i in by_node[c]):
+                return True  # a consumer without measured outputs cannot show that it absorbed the value
             if c not in seen and _bad_outputs(table, by_node[c], bad):
                 seen.add(c)
                 frontier.append(c)
