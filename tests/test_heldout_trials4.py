@@ -19,7 +19,12 @@ shows it:
   reaches, not the attached model) ran the update again on the live EMA weights: after a replay the EMA
   differed from an undebugged run's, silently. The replay now writes into copies of such tensors (kept with
   the step's state, so an ``AveragedModel``'s ``n_averaged`` starts where it was and the replay is bitwise)
-  and puts the live ones back.
+  and puts the live ones back;
+- an eval pass between training steps (``no_grad`` / ``inference_mode``) is recorded into the next step, as its
+  modules' first calls: the monitor series of a module (``output_norm``, ``output_max_abs``) came from the eval
+  batch and ``grad_input_norm`` was absent after every eval, at every level (SPIKE on an activation norm fired
+  on the batch size). They come from the step's first call with gradients now (at L0/mix: its first call with a
+  backward).
 
 What held is guarded below: training bitwise unchanged, every (node, slot) of a step showing the value used
 (``check_step``), no floating backward node, and the behaviour chosen where it was unspecified (an eval pass
@@ -192,6 +197,37 @@ def test_an_eval_pass_between_steps_is_recorded_into_the_next_step(level, grad_o
         assert torch.equal(torch.from_numpy(evaluated), want[3])
         assert _floating(dbg) == []
     assert _same(got, want) and _state_equal(model, plain)
+
+
+def _monitored(level: str, evaluate: bool) -> list:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(1)
+    with nbdebug.Debugger(model, level=level) as dbg:
+        for _ in range(3):
+            x, y, e = torch.randn(4, 8, generator=g), torch.randn(4, 4, generator=g), torch.randn(6, 8, generator=g)
+            opt.zero_grad()
+            F.mse_loss(model(x), y).backward()
+            opt.step()
+            if evaluate:
+                with torch.no_grad():
+                    model(e)
+        dbg.step()  # a step of the last eval pass alone: its calls are all it has, so they give its values
+        m = dbg.session.monitor
+        return [[m.value(s, f"Module.{i}.{c}", f) for i, c in ((0, "Linear"), (2, "Linear"))
+                 for f in ("output_norm", "grad_input_norm")] for s in range(4)]
+
+
+@pytest.mark.parametrize("level", ["monitor", "L0", "mix"])
+def test_an_eval_pass_between_steps_leaves_the_module_series_to_the_training_call(level):
+    """The eval pass is the first call of the next step: ``output_norm`` was the eval batch's (another batch
+    size, eval mode), and ``grad_input_norm`` was missing from every step after one (no gradient reaches an
+    eval call), at every level. The step's first call with gradients (at L0/mix: the first with a backward)
+    gives them now; the series are those of the same run without the eval passes."""
+    want, got = _monitored(level, False), _monitored(level, True)
+    assert got[:3] == want[:3] and all(v is not None for row in got[:3] for v in row), (got, want)
+    assert want[3] == [None] * 4 and got[3][0] is not None and got[3][1] is None  # the eval-only step
 
 
 # -- LoRA-style fine-tuning -----------------------------------------------------------------------------

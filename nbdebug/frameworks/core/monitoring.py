@@ -7,9 +7,10 @@ Its values come from two places:
   parameters' gradient, update and optimizer-moment norms, the loss, the loss scale; and at the levels that
   record no module calls (``monitor``, ``L1``) the modules' output and output-gradient norms;
 * at ``L0``/``mix``, the step's :class:`~nbdebug.session.stats.StatsTable` (the same values, measured once):
-  a module's ``{prefix}.{path}.{Class}.forward.0`` first output slot (``output.0``, or a ``ModelOutput``'s first
+  a module's ``{prefix}.{path}.{Class}.forward.N`` first output slot (``output.0``, or a ``ModelOutput``'s first
   field, ``output.last_hidden_state``) gives its ``output_norm`` and ``output_max_abs``,
-  its ``backward.0 input.0`` its ``grad_input_norm``; a ``Parameter.{name} output.0`` its ``weight_norm``
+  its ``backward.N input.0`` its ``grad_input_norm``, N the first call of the step that has a backward (an eval
+  pass under ``no_grad`` before it is call 0), else 0; a ``Parameter.{name} output.0`` its ``weight_norm``
   (the weight the forward used) at every level that records parameters.
 
 Then, on the host: ``update_ratio = update_norm / weight_norm``, absent for a weight of zeros (the probes give
@@ -105,22 +106,27 @@ class MonitorRows(KeyColumns):
         rows, norm_cols, max_rows, max_cols = [], [], [], []
         prefix = self.prefix
         first: set[str] = set()  # module calls whose first output slot was seen
+        call = _first_backward_calls(keys, prefix)
         for i, (node, slot) in enumerate(keys):
             if node.startswith(prefix):
-                if slot.startswith("output.") and node.endswith(".forward.0") and node not in first:
+                if slot.startswith("output.") and ".forward." in node and node not in first:
                     # the first output tensor, as the probe's first_tensor: ``output.0``, or a ModelOutput's
                     # first field (``output.last_hidden_state``); not an integer one (no norm series)
+                    base, _, n = node.rpartition(".forward.")
+                    if n != call.get(base, "0"):
+                        continue
                     first.add(node)
                     if "float" not in table.dtypes[i]:
                         continue
-                    base = node[:-len(".forward.0")]
                     rows.append(i)
                     norm_cols.append(self.col((base, "output_norm")))
                     max_rows.append(i)
                     max_cols.append(self.col((base, "output_max_abs")))
-                elif slot == "input.0" and node.endswith(".backward.0"):
-                    rows.append(i)
-                    norm_cols.append(self.col((node[:-len(".backward.0")], "grad_input_norm")))
+                elif slot == "input.0" and ".backward." in node:
+                    base, _, n = node.rpartition(".backward.")
+                    if n == call.get(base, "0"):
+                        rows.append(i)
+                        norm_cols.append(self.col((base, "grad_input_norm")))
             elif slot == "output.0" and node.startswith("Parameter."):
                 rows.append(i)
                 norm_cols.append(self.col((node, "weight_norm")))
@@ -173,3 +179,21 @@ def total_norm(norms: np.ndarray) -> float:
     n = np.asarray(norms, dtype=np.float64)
     with np.errstate(over="ignore", invalid="ignore"):
         return float(np.sqrt(np.sum(n * n)))
+
+
+def _first_backward_calls(keys: Sequence[Key], prefix: str) -> dict[str, str]:
+    """Module (``{prefix}.{path}.{Class}``) -> the call number (text) of its first call in the step that has a
+    backward node, where that is not call 0 (an eval pass under ``no_grad`` ran before the training call).
+
+    >>> _first_backward_calls([("Module.fc.Linear.forward.0", "output.0"), ("Module.fc.Linear.forward.1",
+    ...     "output.0"), ("Module.fc.Linear.backward.1", "input.0"), ("Module.a.ReLU.backward.0", "input.0")],
+    ...     "Module.")
+    {'Module.fc.Linear': '1'}
+    """
+    lowest: dict[str, int] = {}
+    for node, _slot in keys:
+        if node.startswith(prefix) and ".backward." in node:
+            base, _, n = node.rpartition(".backward.")
+            if n.isdigit() and int(n) < lowest.get(base, 1 << 62):
+                lowest[base] = int(n)
+    return {base: str(n) for base, n in lowest.items() if n}

@@ -4,9 +4,11 @@ What it measures, as 0-d tensors on the values' devices, moved to the host once 
 
 * per module (``Module.{path}.{Class}``; at levels ``monitor`` and ``L1``, which record no module calls —
   ``L0``/``mix`` read the same values off their statistics, see :mod:`~nbdebug.frameworks.core.monitoring`):
-  ``output_norm`` and ``output_max_abs`` of its first output tensor at its **first call of the step**, and
-  ``grad_input_norm``, the gradient autograd hands that output in backward (msProbe's backward
-  ``input.0``; a tensor hook only where the output needs a gradient). Forward hooks only, no pre-hooks.
+  ``output_norm`` and ``output_max_abs`` of its first output tensor at its **first call of the step** made
+  with gradients enabled (an eval pass under ``no_grad``/``inference_mode`` between steps, recorded into the
+  next step, stands in only when the step has no such call), and ``grad_input_norm``, the gradient autograd
+  hands that output in backward (msProbe's backward ``input.0``; a tensor hook only where the output needs a
+  gradient). Forward hooks only, no pre-hooks.
 * per parameter (``Parameter.{name}``), around the model's optimizer's ``step()``: ``grad_norm`` (the
   gradient the optimizer uses: unscaled by a GradScaler), ``weight_norm`` (the weight the step started
   from; at ``L0``/``L1``/``mix`` the ``Parameter`` node's statistics give it, and the probe measures only a
@@ -137,6 +139,8 @@ class TorchMonitor(KeyColumns):
         self._host: list[tuple[int, float]] = []  # values already on the host (the native update kernel's)
         self._loss: tuple[int, torch.Tensor] | None = None  # (priority, loss)
         self._seen: set[int] = set()  # modules measured this step
+        #: modules measured this step only by calls without gradients (an eval pass): their row's index
+        self._tentative: dict[int, int] = {}
         self._gen = 0  # step generation: gradient hooks of an earlier step's outputs do nothing
         self._opts: dict[int, _OptimizerSlots] = {}
         self._opt_ran = False
@@ -166,7 +170,7 @@ class TorchMonitor(KeyColumns):
 
     def _module_hook(self, name: str) -> Callable:
         c_norm, c_max, c_grad = (self.col((name, f)) for f in ("output_norm", "output_max_abs", "grad_input_norm"))
-        rows, seen, adapter = self._rows, self._seen, self.adapter
+        rows, seen, tentative, adapter = self._rows, self._seen, self._tentative, self.adapter
         guard = adapter.level.ops and not adapter.level.modules  # ops alone (L1): must not record the probe's ops
 
         def grad_hook(grad: torch.Tensor, gen: int) -> None:
@@ -178,8 +182,12 @@ class TorchMonitor(KeyColumns):
             key = id(mod)
             if key in seen or self.closed or not adapter.capturing or adapter.busy:
                 return
+            grad = torch.is_grad_enabled()  # else an eval pass (no_grad / inference_mode): stands in until
+            if not grad and key in tentative:  # the step's first call with gradients replaces it
+                return
             adapter.session.recorder.active = True
-            seen.add(key)
+            if grad:
+                seen.add(key)
             t = output if type(output) is torch.Tensor else first_tensor(output)
             # the probe's own tensor calls (metadata, detach, the hook) would each pass through an op mode
             with _NO_TORCH_FUNCTION():
@@ -188,7 +196,14 @@ class TorchMonitor(KeyColumns):
                 if guard:
                     adapter.busy = True
                 try:
-                    rows.append((self._buf.add(t.detach())[0], c_norm, c_max))
+                    row = (self._buf.add(t.detach())[0], c_norm, c_max)
+                    at = tentative.pop(key, None)
+                    if at is not None and grad:
+                        rows[at] = row
+                    else:
+                        if not grad:
+                            tentative[key] = len(rows)
+                        rows.append(row)
                     if t.requires_grad and t.grad_fn is not None:  # never a hook on a leaf (a parameter)
                         t.register_hook(functools.partial(grad_hook, gen=self._gen))  # one frame in backward
                 finally:
@@ -350,6 +365,7 @@ class TorchMonitor(KeyColumns):
         self._run.clear()
         self._host.clear()
         self._seen.clear()
+        self._tentative.clear()
         self._grad_cols.clear()
         self._rows.clear()
         self._buf = StatsBuffer()
