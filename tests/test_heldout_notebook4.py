@@ -16,6 +16,7 @@ Defects they showed, each tested here:
 from __future__ import annotations
 
 import collections
+from typing import Any
 
 import pytest
 import torch
@@ -170,3 +171,277 @@ def test_an_interrupted_training_cell_reads_interrupted_not_failed() -> None:
         panel.flush()
         assert "interrupted" not in panel.header.failure.value, panel.header.failure.value
         panel.close()
+
+
+def test_a_step_scrubbed_in_one_panel_shows_in_the_other_panel_of_the_debugger() -> None:
+    """``dbg`` shown in one cell and ``dbg.panel()`` in a later one: a click on the first panel's timeline makes
+    the session show another step, which every view of *both* panels reads; the second panel kept its header
+    (and its timeline's marker) at the latest step while its node details read the scrubbed one."""
+    model, train = _plain_training()
+    with nbdebug.Debugger(model) as dbg:
+        train(12)
+        first, second = dbg.panel(), dbg.panel()
+        second.timeline.show(True)
+        for p in (first, second):
+            p.poll()
+            p.flush()
+        assert "11" in second.header.step.value
+        assert first.scrub(9) is None
+        first.flush()
+        second.poll()  # what its 1 s poll does in a kernel
+        second.flush()
+        assert ">9<" in second.header.step.value or second.header.step.value.strip().endswith("9"), \
+            second.header.step.value
+        assert second.timeline.timeline.step == 9
+        first.timeline.release()  # "latest step" in the first panel: both again at the latest
+        second.poll()
+        second.flush()
+        assert "11" in second.header.step.value and second.timeline.timeline.step == 11
+        first.close()
+        second.close()
+
+
+# -- in the browser ---------------------------------------------------------------------------------------
+
+SETUP = """\
+import time, torch, nbdebug
+from torch import nn
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+model2 = nn.Sequential(nn.Linear(3, 3), nn.Tanh(), nn.Linear(3, 1))
+opt2 = torch.optim.SGD(model2.parameters(), lr=0.01)
+slow = [0.0]  # seconds each backward pass takes (an Interrupt then lands in the backward pass)
+
+def train(n, m=model, o=opt):
+    for _ in range(n):
+        o.zero_grad()
+        out = m(torch.randn(2, m[0].in_features))
+        if slow[0]:
+            out.register_hook(lambda g: time.sleep(slow[0]))
+        out.pow(2).mean().backward()
+        o.step()"""
+CHECK = """\
+s = dbg.session
+whole = set(s.steps[s.step_index - 1].keys)
+clean = all(set(s.steps[i].keys) == whole and len(s.steps[i].keys) == len(whole)
+            for i in range(s.step_index - 3, s.step_index))
+print('KERNEL', dbg.step_index, 'clean' if clean else 'MIXED', s.chosen_step)"""
+
+
+def _nb_facts(lab: Any) -> list[dict[str, Any]]:
+    return lab.page.evaluate("""(sel) => Array.from(document.querySelectorAll(sel)).map(p => {
+        const st = p.querySelector('.nbdebug-state [data-state]');
+        const t = c => { const e = p.querySelector(c); return e ? e.textContent.trim() : ''; };
+        return {state: st ? st.dataset.state : null, step: t('.nbdebug-step'), failure: t('.nbdebug-failure'),
+                control: t('.nbdebug-control-status'), error: t('.nbdebug-panel-error'),
+                timeline: t('.nbdebug-timeline-title')};
+    })""", _PANEL)
+
+
+_PANEL = ".jp-NotebookPanel:not(.lm-mod-hidden) .nbdebug-panel"
+
+
+def _until(lab: Any, what: str, check: Any, timeout: float = 60.0) -> list[dict[str, Any]]:
+    """Poll the panels' facts until ``check(facts)``; fail saying what was awaited and what they show."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        facts = _nb_facts(lab)
+        if check(facts):
+            return facts
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not seen in {timeout:.0f} s; panels: {facts}; errors: {lab.errors[-5:]}")
+        time.sleep(0.3)
+
+
+def _output(lab: Any, index: int) -> str:
+    return lab.page.evaluate("""(i) => window.jupyterapp.shell.currentWidget.content.widgets[i]
+        .node.querySelector('.jp-OutputArea')?.textContent ?? ''""", index)
+
+
+def _run_nowait(lab: Any, index: int) -> None:
+    lab.page.evaluate("""(i) => { const p = window.jupyterapp.shell.currentWidget; p.content.activeCellIndex = i;
+        p.content.deselectAll(); void window.jupyterapp.commands.execute('notebook:run-cell'); }""", index)
+
+
+def _interrupt_training(lab: Any, cell: int, check: int) -> str:
+    """Run the slow training cell, press the kernel's Interrupt inside a step, continue in the next cell;
+    returns the check cell's KERNEL line."""
+    import time
+
+    _run_nowait(lab, cell)
+    lab.wait_until("() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status === 'busy'")
+    time.sleep(3)  # a few steps (a foreground loop holds the kernel: the panels redraw when it ends)
+    lab.page.evaluate("() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.interrupt()")
+    lab.wait_until("""(i) => window.jupyterapp.shell.currentWidget.content.widgets[i]
+        .node.querySelector('.jp-OutputArea')?.textContent.includes('KeyboardInterrupt')""", arg=cell, timeout=60)
+    tail = "\n".join(_output(lab, cell).splitlines()[-12:])
+    facts = _until(lab, f"the panels saying where training was interrupted (the cell's output ends:\n{tail}\n)",
+                   lambda f: all(p["failure"].startswith("interrupted in step") for p in f[:2]))
+    assert "failed" not in facts[0]["failure"], facts
+    time.sleep(0.5)
+    lab.run_cell(cell + 1)  # the next cell trains on (train(3), normal speed)
+    lab.run_cell(check)
+    return next(ln for ln in _output(lab, check).splitlines() if ln.startswith("KERNEL"))
+
+
+@pytest.mark.usefixtures("built_extension")
+def test_notebook_cells_run_again_interrupted_and_two_debuggers_in_jupyterlab(lab_page: Any) -> None:
+    """In JupyterLab, as a user goes: the ``Debugger`` cell run twice, the training cell run again under two
+    panels of one debugger (both follow: header and control line), the timeline's first row clicked at a
+    recent step (plotly's mode bar covered it) scrubbing *both* panels, the kernel's Interrupt inside a step
+    and training on in the next cell (both panels say "interrupted", the next steps' tables are clean), and a
+    second debugger closed while its panel is shown (only that panel reads closed). No traceback in the
+    server's log meanwhile."""
+    from test_ui_browser import shot
+
+    lab = lab_page
+    lab.page.set_viewport_size({"width": 1440, "height": 2600})
+    lab.server.write_notebook("notebook4.ipynb", [
+        SETUP, "dbg = nbdebug.Debugger(model)", "train(3)", "dbg", "dbg.panel()",
+        "slow[0] = 0.2\ntrain(100000)", "slow[0] = 0.0\ntrain(3)", CHECK,
+        "dbg2 = nbdebug.Debugger(model2)\ntrain(2, model2, opt2)\ndbg2", "dbg2.close()",
+    ])
+    lab.open_notebook("notebook4.ipynb")
+    start = lab.server.log_path.stat().st_size
+    for i in range(3):
+        lab.run_cell(i)
+    with pytest.raises(AssertionError, match="already attached to this Sequential; call close"):
+        lab.run_cell(1)  # decision: refused, the first debugger (still `dbg`) stays attached and usable
+    lab.run_cell(3)
+    lab.run_cell(4)
+    _until(lab, "two panels at step 2", lambda f: len(f) == 2 and all(p["step"] == "2" for p in f))
+    lab.run_cell(2)  # the training cell again
+    facts = _until(lab, "both panels at step 5, their control lines counting 6 steps",
+                   lambda f: all(p["step"] == "5" and p["control"].startswith("6 steps recorded") for p in f))
+    assert not any(p["error"] for p in facts), facts
+
+    # the timeline of the first panel: plotly's mode bar covered the first row's latest steps (a click there
+    # zoomed the chart); then a click on step 4 scrubs both panels
+    lab.page.locator(f"{_PANEL} .nbdebug-timeline-toggle").first.click()
+    lab.wait_until("""(sel) => { const gd = document.querySelector(sel + ' .nbdebug-timeline-plot.js-plotly-plot');
+        return gd && gd._fullData && gd._fullData.length > 2; }""", arg=_PANEL, timeout=60)
+    cell_xy = """([sel, step]) => {
+        const gd = document.querySelector(sel + ' .nbdebug-timeline-plot.js-plotly-plot');
+        const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis, box = gd.getBoundingClientRect();
+        return [box.left + xa._offset + xa.l2p(step), box.top + ya._offset + ya.l2p(0) - 4]; }"""
+    lab.page.evaluate("""(sel) => document.querySelector(sel + ' .nbdebug-timeline-plot')
+        .scrollIntoView({block: 'center'})""", _PANEL)
+    x, y = lab.page.evaluate(cell_xy, [_PANEL, 5])
+    lab.page.mouse.move(x, y)  # hovering the plot shows the mode bar
+    lab.page.wait_for_timeout(400)
+    overlap = lab.page.evaluate("""(sel) => {
+        const gd = document.querySelector(sel + ' .nbdebug-timeline-plot.js-plotly-plot');
+        const bar = gd.querySelector('.modebar').getBoundingClientRect(), box = gd.getBoundingClientRect();
+        const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
+        const heat = {top: box.top + ya._offset, bottom: box.top + ya._offset + ya._length,
+                      left: box.left + xa._offset, right: box.left + xa._offset + xa._length};
+        return bar.bottom > heat.top && bar.top < heat.bottom && bar.right > heat.left && bar.left < heat.right
+            ? [bar.top, bar.bottom, heat.top] : null; }""", _PANEL)
+    shot(lab, "heldout4-timeline-hover", f"{_PANEL} .nbdebug-timeline")
+    assert overlap is None, f"plotly's mode bar lies over the heatmap's first row (top, bottom, heatmap top): {overlap}"
+    before = lab.page.evaluate("""(sel) => document.querySelector(sel + ' .nbdebug-timeline-plot')
+        ._fullLayout.xaxis.range.slice()""", _PANEL)
+    lab.page.mouse.click(x, y)  # the first row's latest step
+    lab.page.wait_for_timeout(600)
+    after = lab.page.evaluate("""(sel) => document.querySelector(sel + ' .nbdebug-timeline-plot')
+        ._fullLayout.xaxis.range.slice()""", _PANEL)
+    assert after == before, f"a click on the first row's latest step zoomed the chart: {before} -> {after}"
+    x, y = lab.page.evaluate(cell_xy, [_PANEL, 4])
+    lab.page.mouse.move(x, y)  # plotly clicks the point it hovers
+    lab.page.wait_for_timeout(400)
+    lab.page.mouse.click(x, y)
+    _until(lab, "both panels showing step 4 (scrubbed in the first)",
+           lambda f: all(p["step"] == "4" for p in f), timeout=30)
+    shot(lab, "heldout4-scrubbed-two-panels")
+    lab.page.locator(f"{_PANEL} .nbdebug-timeline-latest").first.click()
+    _until(lab, "both panels at the latest step again", lambda f: all(p["step"] == "5" for p in f), timeout=30)
+
+    line = _interrupt_training(lab, 5, 7)
+    assert line.endswith("clean None"), line
+    last = int(line.split()[1]) - 1
+    facts = _until(lab, "both panels at the kernel's last step, the interruption gone, the timeline too",
+                   lambda f: all(p["step"] == str(last) and not p["failure"] for p in f)
+                   and f"steps 0–{last} " in f[0]["timeline"] and f"showing step {last}" in f[0]["timeline"])
+    shot(lab, "heldout4-after-interrupt", _PANEL)
+
+    lab.run_cell(8)
+    _until(lab, "the second debugger's panel", lambda f: len(f) == 3 and f[2]["step"] == "1")
+    lab.run_cell(9)
+    facts = _until(lab, "only the second debugger's panel closed",
+                   lambda f: f[2]["state"] == "closed" and all(p["state"] == "idle" for p in f[:2]))
+    assert "closed" in facts[2]["control"], facts
+    shot(lab, "heldout4-closed-panel", f"{_PANEL} >> nth=2")
+    log = lab.server.log_path.read_bytes()[start:].decode(errors="replace")
+    assert "Traceback" not in log, log[-3000:]
+
+
+def test_a_cell_interrupted_between_backward_and_optimizer_step_leaves_its_step_alone() -> None:
+    """The Interrupt raised once the backward pass returned (its C++ work done) and before ``opt.step()`` — where
+    a long backward's Interrupt lands: nothing tells that iteration from a gradient-accumulation one, so the next
+    cell's first iteration was recorded into its step. The cell's end (IPython's ``post_run_cell``, which a shown
+    panel hooks) closes it: the next steps are whole, and both panels say where training was interrupted."""
+    from nbdebug.ui.panel import after_cell
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def train(n: int, stop: bool = False) -> None:
+        for _ in range(n):
+            opt.zero_grad()
+            model(torch.randn(2, 4)).pow(2).mean().backward()
+            if stop:
+                raise KeyboardInterrupt
+            opt.step()
+
+    with nbdebug.Debugger(model) as dbg:
+        train(2)
+        panels = [dbg.panel(), dbg.panel()]
+        try:
+            train(1, stop=True)
+        except KeyboardInterrupt as e:
+            after_cell(type("Result", (), {"error_in_exec": e})())
+        for p in panels:
+            p.flush()
+            want = "interrupted in step 2 at Module.0.Linear.backward.0 (KeyboardInterrupt)</span>"
+            assert p.header.failure.value.endswith(want), p.header.failure.value
+        assert dbg.step_index == 3
+        train(2)
+        whole = set(dbg.session.steps[1].keys)
+        assert all(set(dbg.session.steps[i].keys) == whole and len(dbg.session.steps[i].keys) == len(whole)
+                   for i in (3, 4)), [len(dbg.session.steps[i].keys) for i in (1, 2, 3, 4)]
+        assert set(dbg.session.steps[2].keys) < whole  # no optimizer step in the interrupted one
+        for p in panels:
+            p.flush()
+            assert not p.header.failure.value, p.header.failure.value
+            p.close()
+
+
+def test_an_interrupt_inside_a_redraw_request_does_not_stop_later_redraws() -> None:
+    """A foreground training loop marks the panel's parts on every step, on the kernel's main thread: the
+    Interrupt landing inside ``Coalescer.mark`` (after it promised a redraw, before the event loop had it) left
+    the redraw promised for good, so that view never redrew again (the timeline stayed at the interrupted step
+    while the header went on)."""
+    from nbdebug.ui.throttle import Coalescer
+
+    class Loop:
+        interrupt = True
+        calls: list = []
+
+        def is_closed(self) -> bool:
+            return False
+
+        def call_soon_threadsafe(self, fn, *args):
+            if Loop.interrupt:
+                Loop.interrupt = False
+                raise KeyboardInterrupt
+            Loop.calls.append((fn, args))
+
+    c = Coalescer(lambda parts: None, loop=Loop())
+    with pytest.raises(KeyboardInterrupt):
+        c.mark("timeline")
+    c.mark("timeline")  # the next step's event
+    assert len(Loop.calls) == 1, "no redraw was scheduled after the interrupted one"

@@ -243,9 +243,13 @@ export function figure(m: TimelineMsg, bufs: unknown[], width: number): { data: 
   const rowPx = Math.max(10, Math.min(22, 300 / Math.max(1, nrows)));
   const heatPx = Math.max(80, rowPx * nrows);
   const linePx = 170;
-  const height = heatPx + linePx + 90;
+  // plotly's mode bar (zoom, pan, reset) shows at the figure's top right on hover: a top margin of its
+  // height keeps it off the heatmap, whose top-right cells (the first row's latest steps) it covered —
+  // a click meant to scrub to a recent step zoomed the chart instead
+  const top = 34;
+  const height = heatPx + linePx + 66 + top;
   const layout: any = {
-    width, height, margin: { l: 200, r: 30, t: 10, b: 40 }, showlegend: true,
+    width, height, margin: { l: 200, r: 30, t: top, b: 40 }, showlegend: true,
     legend: { orientation: 'h', x: 1, xanchor: 'right', y: -0.08, yanchor: 'top', font: { size: 10 } },
     hovermode: 'closest', dragmode: 'zoom', uirevision: m.field,
     xaxis: { range: [range[0] - pad, range[1] + pad], title: { text: 'step', standoff: 4 }, anchor: 'y2',

@@ -135,6 +135,7 @@ class Panel(w.VBox):
                     panel.coalescer.mark(*PARTS[ev])
             self._subs.append(src.on(ev, mark))
         self._sig = self._signature()
+        self._chosen = self._sig[-1]  # the session's chosen step the views last drew
         self._closed = False
         if src.live:
             _LIVE.add(self)
@@ -162,6 +163,9 @@ class Panel(w.VBox):
                 self.errors.append(msg)
                 self.error.value = (f"<details><summary style='color:#cf222e'>panel error in {part}</summary>"
                                     f"<pre>{html.escape(msg)}</pre></details>")
+        if sig[-1] != self._chosen:  # the step shown changed (another panel's timeline)
+            self._chosen = sig[-1]
+            self.timeline.refresh()  # its "showing step" marker too
         self._sig = sig
         if "header" in parts or "watch" in parts:
             self._settle_offer()
@@ -253,10 +257,12 @@ class Panel(w.VBox):
         wm = src.watchpoints
         closed = bool(getattr(src.obj, "closed", False))  # a closed debugger: the graph says so
         return (src.state, closed, src.session.step_index, len(src.graph), len(wm.hits),
-                tuple((p.id, p.version, p.enabled) for p in wm.watchpoints.values()))
+                tuple((p.id, p.version, p.enabled) for p in wm.watchpoints.values()),
+                getattr(src.session, "chosen_step", None))  # another panel of the session scrubbed
 
     def poll(self) -> None:
-        """Mark everything stale when something changed without an event (e.g. ``dbg.watch`` in a cell)."""
+        """Mark everything stale when something changed without an event (e.g. ``dbg.watch`` in a cell, a
+        step shown by another panel's timeline)."""
         sig = self._signature()
         if sig != self._sig:
             self._sig = sig
@@ -404,10 +410,17 @@ def after_cell(result: Any) -> None:
     if err is None:
         return
     text = "".join(traceback.format_exception(type(err), err, err.__traceback__))
-    for panel in list(_LIVE):
-        if not panel._closed and panel.source.foreground_failed(text):
-            panel.coalescer.mark("header", "controls")
-            panel.flush()
+    took = [panel for panel in list(_LIVE) if not panel._closed and panel.source.foreground_failed(text)]
+    # the iteration the cell left is over: its step closes as it is (else the next cell's training was recorded
+    # into it — after an Interrupt between the backward pass and optimizer.step(), say)
+    for obj in {id(p.source.obj): p.source.obj for p in took}.values():
+        end = getattr(obj, "end_abandoned_step", None)
+        if end is not None:
+            end()
+    for panel in took:
+        panel.source.foreground_settled()
+        panel.coalescer.mark("header", "controls")
+        panel.flush()
 
 
 def _install_cell_hook() -> None:

@@ -184,6 +184,12 @@ class SourceView:
         self._foreground = (traceback_text, self._progress())
         return True
 
+    def foreground_settled(self) -> None:
+        """The step the failed cell left open was closed (``end_abandoned_step``): the failure stays shown
+        until the session moves on from here."""
+        if self._foreground is not None:
+            self._foreground = (self._foreground[0], self._progress())
+
     @property
     def step(self) -> int:
         """The step whose data is shown (the header's "Step", the hits' and pause reasons' step): live, the

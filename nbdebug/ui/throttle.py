@@ -71,15 +71,23 @@ class Coalescer:
 
     def mark(self, *parts: str) -> None:
         """Mark ``parts`` dirty (any thread); schedules a redraw when running on an event loop."""
-        with self._lock:
-            self._dirty.update(parts)
-            if self._scheduled or not self.automatic:
-                return
-            self._scheduled = True
-            delay = max(0.0, self._last + self.min_interval - time.monotonic())
+        promised = False
         try:
+            with self._lock:
+                self._dirty.update(parts)
+                if self._scheduled or not self.automatic:
+                    return
+                promised = self._scheduled = True
+                delay = max(0.0, self._last + self.min_interval - time.monotonic())
             self.loop.call_soon_threadsafe(self._schedule, delay)
         except RuntimeError:  # loop closed meanwhile
+            self._unpromise(promised)
+        except BaseException:  # the kernel's Interrupt in a foreground training loop, which marks on each step:
+            self._unpromise(promised)  # a redraw promised and never scheduled stopped every later one
+            raise
+
+    def _unpromise(self, promised: bool) -> None:
+        if promised:
             with self._lock:
                 self._scheduled = False
 
