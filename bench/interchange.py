@@ -4,12 +4,14 @@
 Each zoo model (``bench/zoo.py``'s small configurations, random weights, seed 0, the same batches; plus
 Llama without autocast, ResNet-18 with gradient checkpointing, and both checkpointed models with the
 checkpoint's early stop off: ``…_ckpt_full``) trains 2 AdamW steps twice, each in a fresh
-subprocess: once under msProbe's ``PrecisionDebugger`` (task ``statistics``), once under
+subprocess: once under msProbe's ``PrecisionDebugger`` (task ``statistics``; made before the model is built, as
+msProbe's documentation does), once under
 ``nbdebug.Debugger(model, dump_dir=..., task="statistics", config=<the same config.json>)``. Then, on the last
 step: the entry sets (``dump.json``'s ``data`` keys) — ours / msProbe's, only ours / only msProbe's with
 examples — and ``msprobe compare -tp ours -gp theirs``: rows, unmatched rows (no bench entry; in brackets
 those that no decided difference explains, :data:`REASONS`), rows that do not pass (msProbe's ``Result``
-column is not ``pass``), and ``nbdebug.compare`` of the same pair.
+column is not ``pass``), the same with the two dumps' roles swapped (msProbe's as ``-tp``: its every entry
+should find ours), and ``nbdebug.compare`` of the same pair.
 
 Usage::
 
@@ -95,6 +97,10 @@ def worker(tool: str, model: str, level: str, out: str) -> None:
         json.dump(config(level, os.path.join(out, "dump")), f)
     import torch.utils.checkpoint as cp
 
+    if tool == "msprobe":  # made before the model is built, as msProbe's documentation does: its API hooks are
+        from msprobe.pytorch import PrecisionDebugger  # in place when a model keeps a function (HF's gelu)
+
+        dbg = PrecisionDebugger(config_path=cfg)
     wl = workload(model)
     opt = wl.reset()
     step = wl.step
@@ -104,9 +110,6 @@ def worker(tool: str, model: str, level: str, out: str) -> None:
             with cp.set_checkpoint_early_stop(False):
                 return wl.step(o)
     if tool == "msprobe":
-        from msprobe.pytorch import PrecisionDebugger
-
-        dbg = PrecisionDebugger(config_path=cfg)
         for _ in range(STEPS):
             dbg.start(wl.model)
             step(opt)
@@ -285,6 +288,8 @@ def measure(model: str, level: str, root: str, reuse: bool = False) -> dict[str,
     only_ours = [e for e in e_ours if e not in set(e_theirs)]
     only_theirs = [e for e in e_theirs if e not in set(e_ours)]
     rows = msprobe_compare(step_dir(ours, last), step_dir(theirs, last), os.path.join(root, f"{model}_{level}_cmp"))
+    shutil.rmtree(os.path.join(root, f"{model}_{level}_rev"), ignore_errors=True)
+    reverse = msprobe_compare(step_dir(theirs, last), step_dir(ours, last), os.path.join(root, f"{model}_{level}_rev"))
     d_ours, d_theirs = _load(ours, last), _load(theirs, last)
     sys.path.insert(0, str(REPO))
     import nbdebug
@@ -305,19 +310,23 @@ def measure(model: str, level: str, root: str, reuse: bool = False) -> dict[str,
             "reasons": sorted({w for w in why.values() if w} | set(after)), "nbdebug_compare": ours_cmp,
             "not_pass": [(r["NPU Name"], r.get("Err_message", "")) for r in not_pass(rows)],
             "not_pass_unexplained": rest,
+            "reverse": {"rows": len(reverse), "unmatched": [r["NPU Name"] for r in unmatched(reverse)],
+                        "not_pass": len(not_pass(reverse))},
             "dumps": (ours, theirs)}
 
 
 def format_table(results: list[dict[str, Any]]) -> str:
     out = ["| model, level | entries ours / msProbe | only ours / only msProbe | `msprobe compare` rows, unmatched "
-           "(not explained by a decided difference), not pass (not explained) | decided differences |",
-           "| --- | --- | --- | --- | --- |"]
+           "(not explained by a decided difference), not pass (not explained) | msProbe's dump as `-tp`, ours as "
+           "`-gp`: rows, unmatched, not pass | decided differences |",
+           "| --- | --- | --- | --- | --- | --- |"]
     for r in results:
         ex = ", ".join(f"`{e}`" for e in (r["only_ours"][:2] + r["only_theirs"][:2]))
         out.append(f"| {r['model']} {r['level']} | {r['ours']:,} / {r['theirs']:,} | "
                    f"{len(r['only_ours'])} / {len(r['only_theirs'])}{' (' + ex + ')' if ex else ''} | "
                    f"{r['rows']:,}, {len(r['unmatched'])} ({len(r['unexplained'])}), {len(r['not_pass'])} "
                    f"({len(r['not_pass_unexplained'])}) | "
+                   f"{r['reverse']['rows']:,}, {len(r['reverse']['unmatched'])}, {r['reverse']['not_pass']} | "
                    f"{'; '.join(r['reasons'])} |")
     return "\n".join(out)
 
@@ -345,7 +354,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
                 print(f"{model:12s} {level:4s} ours {r['ours']:5d} msProbe {r['theirs']:5d} only ours "
                       f"{len(r['only_ours']):4d} only msProbe {len(r['only_theirs']):4d} rows {r['rows']:5d} "
                       f"unmatched {len(r['unmatched']):4d} ({len(r['unexplained'])}) not pass {len(r['not_pass']):3d} "
-                      f"({len(r['not_pass_unexplained'])})",
+                      f"({len(r['not_pass_unexplained'])}) reversed: unmatched {len(r['reverse']['unmatched'])}",
                       flush=True)
                 if args.verbose:
                     print(f"    nbdebug.compare: {r['nbdebug_compare']}")

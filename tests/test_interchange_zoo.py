@@ -6,9 +6,10 @@ summation order) with no tool at all, each in its own subprocess:
 * ``s = 0; s += t`` (T5's loss/bias sums): Python runs ``t.__radd__(0)`` — no in-place op — and msProbe
   records ``Tensor.__radd__``; so do we (we named it ``Tensor.__iadd__`` from the bytecode's ``+=``).
 * a function bound before the debugger starts (HF's ``GELUActivation`` keeps ``nn.functional.gelu`` as an
-  attribute made at construction): msProbe patches ``torch.nn.functional.gelu`` at ``start()`` and never
-  sees the call; the model ran it, and we record it (``Functional.gelu.*``, forward and backward). The
-  other entries are the same.
+  attribute made at construction) when the model is built before msProbe's ``PrecisionDebugger``: msProbe
+  patches ``torch.nn.functional.gelu`` when it is made and never sees the call; the model ran it, and we
+  record it (``Functional.gelu.*``, forward and backward). The other entries are the same. Made first, as
+  msProbe's documentation does, msProbe records it as we do.
 * a module whose output is overwritten in place (BatchNorm2d then ``ReLU(inplace=True)``): msProbe's full
   backward hook does not fire; BatchNorm's backward ran, and our entry's ``input.0`` is the gradient the
   ReLU's backward handed it (msProbe's in-place ReLU backward repeats its output gradient as its input's).
@@ -34,6 +35,10 @@ import torch, torch.nn as nn, torch.nn.functional as F
 tool, case, level, out = sys.argv[1:5]
 torch.manual_seed(0)
 torch.set_num_threads(1)
+''' + WRITE_CONFIG + r'''early = case == "bound_early"  # msProbe's documented order: PrecisionDebugger made before the model
+if early:
+    from msprobe.pytorch import PrecisionDebugger
+    case, dbg = "bound", PrecisionDebugger(config_path=cfg)
 
 
 class Radd(nn.Module):  # s = 0; s += t  (T5's sums start from a Python 0)
@@ -95,8 +100,8 @@ class BnRelu(nn.Module):  # ResNet's stem: BatchNorm's output overwritten by ReL
 model = {"radd": Radd, "bound": Bound, "order": Order, "bn": BnRelu}[case]()
 xs = [torch.randn(4, 2, 5, 5) if case == "bn" else torch.randn(32, 8) for _ in range(2)]
 ys = [torch.randn(4 if case == "bn" else 32, {"order": 4, "bn": 4}.get(case, 8)) for _ in range(2)]
-''' + WRITE_CONFIG + r'''opt = torch.optim.SGD(model.parameters(), lr=0.1)
-if tool == "msprobe":
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+if tool == "msprobe" and not early:
     from msprobe.pytorch import PrecisionDebugger
     dbg = PrecisionDebugger(config_path=cfg)
 elif tool == "nbdebug":
@@ -120,7 +125,8 @@ torch.save(grads, os.path.join(out, "grads.pt"))
 
 RUNS = [("msprobe", "radd", "L1"), ("nbdebug", "radd", "L1"), ("msprobe", "bound", "mix"),
         ("nbdebug", "bound", "mix"), ("plain", "order", "L0"), ("msprobe", "order", "L0"),
-        ("nbdebug", "order", "L0"), ("msprobe", "bn", "mix"), ("nbdebug", "bn", "mix")]
+        ("nbdebug", "order", "L0"), ("msprobe", "bn", "mix"), ("nbdebug", "bn", "mix"),
+        ("msprobe", "bound_early", "mix")]
 
 
 @pytest.fixture(scope="module")
@@ -150,6 +156,18 @@ def test_function_bound_before_start_msprobe_misses_it(runs, step):
     fwd = ours["Functional.gelu.0.forward"]
     assert fwd["input_args"][0]["Min"] < 0 <= fwd["output"][0]["Min"] + 0.2
     assert fwd["output"][0]["Norm"] == theirs["Functional.linear.1.forward"]["input_args"][0]["Norm"]
+
+
+@pytest.mark.parametrize("step", [0, 1])
+def test_msprobe_made_before_the_model_as_documented_records_the_bound_function_as_we_do(runs, step):
+    """msProbe's documentation makes its ``PrecisionDebugger`` before the model is defined: its API hooks are
+    in place when the model keeps ``F.gelu``, and its dump then has the same entries as ours, gelu's with
+    the same statistics (the difference above comes only from building the model first)."""
+    ours = step_data(runs[("nbdebug", "bound", "mix")], step)
+    theirs = step_data(runs[("msprobe", "bound_early", "mix")], step)
+    assert list(ours) == list(theirs)
+    for entry in ("Functional.gelu.0.forward", "Functional.gelu.0.backward"):
+        assert json.dumps(ours[entry]) == json.dumps(theirs[entry])
 
 
 def test_msprobe_hooks_change_gradient_summation_order_ours_do_not(runs):
