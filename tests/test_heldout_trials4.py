@@ -14,7 +14,10 @@ shows it:
   ``__init__``, and ran single ops through compiled kernels: the run was not the undebugged one, and nothing
   said what was captured. Compiled code now runs eagerly while such a capture is attached
   (``torch.compiler.set_stance("force_eager")``, undone at close), with a warning naming the compiled modules;
-  L0 and monitor leave the model compiled (their hooks run between the compiled regions) and bitwise;
+  L0 and monitor leave the model compiled (their hooks run between the compiled regions) and bitwise; code
+  dynamo compiled before the Debugger attached ran on without its module hooks (the capture saw the root
+  module only): dynamo's caches are cleared at attach now, saying so. A replay at mix of a step that ran
+  compiled says it ran eagerly (it blamed a generator);
 - ``dbg.replay`` of a step that updates an EMA copy (a module or a list of parameters the step function
   reaches, not the attached model) ran the update again on the live EMA weights: after a replay the EMA
   differed from an undebugged run's, silently. The replay now writes into copies of such tensors (kept with
@@ -157,6 +160,40 @@ def test_a_compiled_model_at_module_level_stays_compiled_and_trains_bitwise(leve
             norms = [dbg.session.monitor.value(i, "Module._orig_mod.body.fc2.Linear", "output_norm") for i in range(3)]
             assert all(v is not None and v > 0 for v in norms), norms
     assert _same(got, want) and _state_equal(model, plain)
+
+
+def test_a_compiled_models_step_replays_bitwise_at_L0_and_says_why_not_at_mix():
+    """The replay's own capture found the live capture's hooks on the model: it cleared dynamo's caches again
+    (recompiling the whole process's compiled code at every replay) and warned; at mix, where compiled code
+    runs eagerly, the replay was not bitwise and blamed a generator or Python state."""
+    torch._dynamo.reset()
+    model = _net()
+    compiled = torch.compile(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dbg = nbdebug.Debugger(compiled, level="L0")
+
+    @dbg.step_fn
+    def step(x, y):
+        opt.zero_grad()
+        loss = F.mse_loss(compiled(x), y)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    with dbg:
+        g = torch.Generator().manual_seed(1)
+        for _ in range(2):
+            step(torch.randn(4, 8, generator=g), torch.randn(4, 4, generator=g))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            same = dbg.replay(1, level="L0")
+            eager = dbg.replay(1, level="mix")
+        assert same.bitwise and stance() == "default"
+        assert not eager.bitwise and "torch.compile: the model ran compiled" in eager.reason, eager.reason
+        said = [str(w.message) for w in caught]
+        assert not any("torch.compiler.reset()" in m or "force_eager" in m for m in said), said
 
 
 # -- evaluation between training steps ----------------------------------------------------------------

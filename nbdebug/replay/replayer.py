@@ -75,6 +75,9 @@ def replay(dbg: Any, kept: Kept, level: str = "mix", *, node: str | None = None,
     on_scale = getattr(ls_probe, "on_scale", None)
     try:
         adapter = dbg.backend.adapter(model, level, session, retain=True)
+        note = getattr(adapter, "replay_note", None)
+        if note is not None and (text := note(live_adapter)):  # it runs the step otherwise (compiled code)
+            kept.state.problems_at_replay.append(text)
         adapter.auto_step = False
         adapter.tap = tap
         if on_scale is not None:

@@ -32,7 +32,7 @@ from ..core.calls import module_base, parent_scope
 from ..core.capture import LEVELS, Capture
 from ..core.recording import announce
 from ..core.records import slot_name
-from .compiled import retrace, run_eagerly
+from .compiled import replay_note, retrace, run_eagerly
 from .ddp import ReducedGrads
 from .module_grads import ModuleGrads
 from .monitor import TorchMonitor
@@ -194,10 +194,11 @@ class TorchAdapter(ModuleGrads, Capture):
 
     # -- attach / detach --------------------------------------------------------------------------
     def _attach(self, model: torch.nn.Module) -> None:
+        hooked = any(a.model_ref() is model and not a.closed for a in list(_LIVE))  # a replay's capture
         if self.level.ops:  # compiled kernels hide their ops: compiled code runs eagerly while attached
-            self.hooks.add(run_eagerly(model))
+            self.eager_compiled = self.hooks.add(run_eagerly(model, quiet=hooked)).paths
         else:  # code compiled before now calls no hook of ours: compiled again
-            retrace(model)
+            retrace(model, hooked)
         monitor = not self.level.records_tensors
         self.monitor_probe = TorchMonitor(self, model, modules=not self.level.modules, weights=monitor,
                                           wrap=_eager)
@@ -234,6 +235,11 @@ class TorchAdapter(ModuleGrads, Capture):
                 self.session.store.offer((f"Parameter.{qual}", "output.0"), TorchRef(p, copy=True), "initial")
         self.hooks.add(_optim.register_optimizer_step_pre_hook(self._opt_pre))
         self.hooks.add(_optim.register_optimizer_step_post_hook(self._opt_post))
+
+    def replay_note(self, live: Any) -> str | None:
+        """What this (replay's) capture runs otherwise than the ``live`` one did: compiled code, eagerly."""
+        paths = getattr(self, "eager_compiled", None)
+        return replay_note(paths) if paths and not live.level.ops else None
 
     def close(self) -> None:
         if self.closed:

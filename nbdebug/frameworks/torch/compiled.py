@@ -54,8 +54,9 @@ def compiled_modules(model: torch.nn.Module) -> list[str]:
 
 
 class _EagerHandle:
-    def __init__(self) -> None:
+    def __init__(self, paths: list[str]) -> None:
         self.removed = False
+        self.paths = paths  # the model's compiled modules, run eagerly
 
     def remove(self) -> None:
         if self.removed:
@@ -67,9 +68,11 @@ class _EagerHandle:
                                       force_backend=prev.backend)
 
 
-def retrace(model: torch.nn.Module) -> None:
-    """Clear dynamo's caches when ``model`` holds compiled modules (see the module docstring), saying so."""
-    paths = compiled_modules(model)
+def retrace(model: torch.nn.Module, hooked: bool = False) -> None:
+    """Clear dynamo's caches when ``model`` holds compiled modules (see the module docstring), saying so;
+    ``hooked``: a live capture's hooks were on the model already (a replay's capture): its compiled code calls
+    hooks, nothing to clear."""
+    paths = [] if hooked else compiled_modules(model)
     if paths:
         warnings.warn(
             f"torch.compile: {_names(paths)} compiled. Code dynamo compiled before this Debugger attached would not "
@@ -91,13 +94,14 @@ def _names(paths: list[str]) -> str:
     return ", ".join(repr(p) if p else "the model" for p in paths[:4]) + (" …" if len(paths) > 4 else "")
 
 
-def run_eagerly(model: torch.nn.Module) -> _EagerHandle:
+def run_eagerly(model: torch.nn.Module, quiet: bool = False) -> _EagerHandle:
     """Set the ``force_eager`` stance until the handle's ``remove()``; warn when ``model`` holds compiled
-    modules (saying what runs eagerly and why)."""
+    modules (saying what runs eagerly and why), unless ``quiet`` (a replay's capture: its result says it,
+    :func:`replay_note`)."""
     import torch._dynamo.eval_frame as ef
 
     paths = compiled_modules(model)
-    if paths:
+    if paths and not quiet:
         warnings.warn(
             f"torch.compile: {_names(paths)} compiled. An op-level capture (L1/mix) cannot see the ops inside compiled "
             "kernels, so while this Debugger is attached every torch.compile'd module and function runs eagerly "
@@ -109,4 +113,11 @@ def run_eagerly(model: torch.nn.Module) -> _EagerHandle:
     if not _held:
         torch.compiler.set_stance("force_eager")
     _held.append(prev)
-    return _EagerHandle()
+    return _EagerHandle(paths)
+
+
+def replay_note(paths: list[str]) -> str:
+    """Why a replay at L1/mix of a step that ran compiled code may differ from it."""
+    return (f"torch.compile: {_names(paths)} ran compiled in the live step; a replay at L1/mix runs it eagerly "
+            "(every op recorded), so its values can differ from the compiled kernels' in the last bits "
+            "(replay at level='L0' to compare bit for bit)")
