@@ -23,6 +23,14 @@ tensor agrees with its statistics (or is refused with a reason). Defects found a
   ``TrainOneStepCell`` + ``nn.Momentum`` and by an ``@ms.jit`` step (``value_and_grad`` + ``nn.Adam``): every
   slot's statistics are those of its value, live and in the dump loaded back; a NaN batch's first non-finite
   value is at the first kernel reading it; the losses are those of an undebugged run (no defect found);
+* a PyTorch model and its MindSpore port (Dense, LayerNorm, GELU; the same weights and batches, two SGD steps)
+  compared at mix: the faithful port reported a first divergence (an error) at its LayerNorm's backward —
+  MindSpore's ``LayerNorm`` Primitive numbers its gradients as they arrive (``output.2`` is the input's),
+  PyTorch's ``layer_norm`` by argument, so ``output.0`` was set against the input gradient; and the forward
+  ``gamma``/``beta`` (``input.1``/``input.2``) had no counterpart (``input.weight``/``input.bias``). Across
+  frameworks, the slots of an op pair that names pair wrongly or not at all are now paired by shape in
+  order (said in the row's messages). A LayerNorm with a wrong epsilon (1e-2) is the first divergence, at
+  the norm layer; MindSpore's default epsilon (1e-7 against PyTorch's 1e-5) is within compare's tolerances;
 * a Debugger attached before ``auto_mixed_precision(net, "O1")`` (which rewrites the network into new Cells
   that carry the old Cells' hooks) failed with a bare ``KeyError``; now a ``RuntimeError`` says to attach to
   the network ``auto_mixed_precision`` returns (attached so, O1 works and is checked here).
@@ -368,3 +376,79 @@ def test_graph_mode_unrolled_layers_and_batchnorm_live_and_offline(how, tmp_path
     res = subprocess.run([sys.executable, str(script), how], capture_output=True, text=True, timeout=240, env=env,
                          cwd=tmp_path)
     assert res.returncode == 0 and "OK" in res.stdout, res.stdout[-3000:] + res.stderr[-3000:]
+
+
+def _port_runs(eps: float):
+    """(MindSpore port's Debugger, PyTorch's) after two SGD steps on the same weights and batches, at mix."""
+    import torch
+    import torch.nn.functional as F
+    from mindspore import ops
+
+    rng = np.random.default_rng(0)
+    w = {"fc1.weight": rng.standard_normal((16, 8)) * 0.3, "fc1.bias": rng.standard_normal(16) * 0.1,
+         "norm.weight": 1 + 0.1 * rng.standard_normal(16), "norm.bias": 0.1 * rng.standard_normal(16),
+         "fc2.weight": rng.standard_normal((4, 16)) * 0.3, "fc2.bias": rng.standard_normal(4) * 0.1}
+    w = {k: v.astype(np.float32) for k, v in w.items()}
+    x, y = rng.standard_normal((4, 8)).astype(np.float32), rng.integers(0, 4, 4)
+
+    class TorchNet(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc1, self.norm, self.fc2 = torch.nn.Linear(8, 16), torch.nn.LayerNorm(16), torch.nn.Linear(16, 4)
+
+        def forward(self, h):
+            return self.fc2(F.gelu(self.norm(self.fc1(h))))
+
+    class PortNet(nn.Cell):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc1, self.norm, self.fc2 = nn.Dense(8, 16), nn.LayerNorm((16,), epsilon=eps), nn.Dense(16, 4)
+
+        def construct(self, h):
+            return self.fc2(ops.gelu(self.norm(self.fc1(h)), approximate="none"))
+
+    tnet = TorchNet()
+    with torch.no_grad():
+        for name, p in tnet.named_parameters():
+            p.copy_(torch.from_numpy(w[name]))
+    golden = nbdebug.Debugger(tnet, level="mix")
+    opt = torch.optim.SGD(tnet.parameters(), 0.1)
+    for _ in range(2):
+        opt.zero_grad()
+        F.cross_entropy(tnet(torch.from_numpy(x)), torch.from_numpy(y)).backward()
+        opt.step()
+    mnet = PortNet()
+    to_torch = {"norm.gamma": "norm.weight", "norm.beta": "norm.bias"}
+    for name, p in mnet.parameters_and_names():
+        p.set_data(ms.Tensor(w[to_torch.get(name, name)]))
+    target = nbdebug.Debugger(mnet, level="mix")
+    mopt = nn.SGD(mnet.trainable_params(), 0.1)
+    crit = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+    grad_fn = ms.value_and_grad(lambda a, b: crit(mnet(a), b), None, mopt.parameters)
+    for _ in range(2):
+        mopt(grad_fn(ms.Tensor(x), ms.Tensor(y.astype(np.int32)))[1])
+    return target, golden
+
+
+def test_port_compare_pairs_layernorm_slots_and_finds_a_wrong_epsilon():
+    for eps in (1e-5, 1e-7):  # faithful; MindSpore's default epsilon, within compare's tolerances
+        target, golden = _port_runs(eps)
+        try:
+            res = nbdebug.compare(target, golden)
+            assert res.errors == [] and res.warnings == [] and res.first_divergence is None, res.errors[:2]
+            back = "Primitive.layer_norm.LayerNorm.0.backward"
+            dx = res.row(back, "output.2")  # the input's gradient, the last to arrive
+            assert dx.golden_slot == "output.0" and dx.status == "pass" and "by shape and order" in dx.messages[0]
+            gamma = res.row("Primitive.layer_norm.LayerNorm.0.forward", "input.1")
+            assert gamma.golden_slot == "input.weight" and gamma.status == "pass" and gamma.max_abs_err == 0
+        finally:
+            target.close()
+            golden.close()
+    target, golden = _port_runs(1e-2)
+    try:
+        fd = nbdebug.compare(target, golden).first_divergence
+        assert (fd.node, fd.golden, fd.layer) == ("Cell.norm.LayerNorm.forward.0", "Module.norm.LayerNorm.forward.0",
+                                                  "norm")
+    finally:
+        target.close()
+        golden.close()

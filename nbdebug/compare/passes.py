@@ -150,14 +150,20 @@ def pair_rows(st: CompareState) -> None:
             continue
         gname, how = pg
         g_slots = {canonical_slot(s, g.framework, st.cross): (s, i) for s, i in g.by[gname]}
+        by_shape = _cross_slots(st, t.by[node], g_slots) if st.cross else {}
         for slot, i in t.by[node]:
-            hit = g_slots.pop(canonical_slot(slot, t.framework, st.cross), None)
+            hit = by_shape.get(slot) or g_slots.pop(canonical_slot(slot, t.framework, st.cross), None)
             if hit is None and not st.cross:  # a live run's name of a dumped slot (``input.weight``, ``input.2``)
                 hit = _alias_hit(st, node, gname, slot, g_slots)
+            if slot in by_shape:
+                g_slots.pop(next((k for k, v in g_slots.items() if v == hit), None), None)
             if hit is None:
                 add(CompareRow(node, gname, slot, None, status="unmatched", order=order, matched_by=how), i, -1)
                 continue
             row = CompareRow(node, gname, slot, hit[0], order=order, matched_by=how)
+            if slot in by_shape:
+                row.messages.append(f"{slot} paired with golden {hit[0]} by shape and order: the frameworks "
+                                    f"number this op's arguments or gradients differently")
             for side, name, key in (("target", t, (node, slot)), ("golden", g, (gname, hit[0]))):
                 src = name.src.get(key)
                 if src is not None:
@@ -170,6 +176,36 @@ def pair_rows(st: CompareState) -> None:
     for node in st.unmatched_g:
         for slot, i in g.by[node]:
             add(CompareRow(None, node, slot, slot, status="unmatched", order=end), -1, i)
+
+
+def _cross_slots(st: CompareState, t_rows: list[tuple[str, int]], g_slots: dict) -> dict[str, tuple[str, int]]:
+    """Across frameworks, the slots of one op pair that their names pair wrongly or not at all, paired by shape
+    in order within each kind (inputs, outputs): MindSpore's ``LayerNorm(x, gamma, beta)`` against PyTorch's
+    ``layer_norm(input, normalized_shape, weight, bias)``, a Primitive's gradients (in the order they arrived)
+    against PyTorch's (in argument order). Only when every such slot of a kind finds one; else none."""
+    tshapes, gshapes = st.t.table.shapes, st.g.table.shapes
+    left_t: list[tuple[str, int]] = []
+    taken: set[str] = set()
+    for slot, i in t_rows:
+        hit = g_slots.get(canonical_slot(slot, st.t.framework, True))
+        if hit is not None and tuple(tshapes[i]) == tuple(gshapes[hit[1]]):
+            taken.add(hit[0])
+        else:
+            left_t.append((slot, i))
+    left_g = [v for v in g_slots.values() if v[0] not in taken]
+    out: dict[str, tuple[str, int]] = {}
+    for kind in ("input", "output"):
+        ts = [(s, i) for s, i in left_t if s.split(".")[0] == kind]
+        gs = [(s, i) for s, i in left_g if s.split(".")[0] == kind]
+        pairs: dict[str, tuple[str, int]] = {}
+        for slot, i in ts:
+            j = next((k for k, (_gs, gi) in enumerate(gs) if tuple(gshapes[gi]) == tuple(tshapes[i])), None)
+            if j is None:
+                break
+            pairs[slot] = gs.pop(j)
+        else:
+            out.update(pairs)
+    return out
 
 
 def _alias_hit(st: CompareState, node: str, gname: str, slot: str, g_slots: dict) -> tuple[str, int] | None:
