@@ -114,7 +114,7 @@ def test_summary_loss_is_the_loss_backward_started_from():
 
 
 def test_ddp_no_sync_accumulation_and_find_unused_parameters(tmp_path):
-    steps = 5
+    steps = 4
     with _job(tmp_path, "nosync", 2, steps) as (listener, proc, out):
         (out / "go").write_text("go")
         assert proc.wait(120) == 0, _log(out)
@@ -248,23 +248,56 @@ def test_uneven_ranks_one_leaves_early_and_one_is_slow(tmp_path):
         assert proc.wait(60) == 0, _log(out)
 
 
-@pytest.mark.parametrize("summary_mode", [False, True])
-def test_four_ranks_at_the_monitor_level_a_nan_made_by_one(tmp_path, summary_mode):
+def test_monitor_level_step_summary_counts_the_nonfinite_series():
+    """A monitor-level rank (a live Debugger here) whose batch holds a NaN in step 2: the step's summary counts
+    its non-finite series and the job panel's overview marks the step (it read 0 non-finite tensors, a clean
+    cell, beside the step's non-finite origin)."""
+    from nbdebug.ui.job_panel import overview_html
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh(), torch.nn.Linear(3, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    dbg = nbdebug.Debugger(model, level="monitor")
+    try:
+        for step in range(4):
+            x = torch.randn(5, 4)
+            if step == 2:
+                x[0, 0] = float("nan")
+            loss = torch.nn.functional.mse_loss(model(x), x.sum(1, keepdim=True))
+            dbg.record_loss(loss)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        job = Job({0: dbg})
+        clean, bad = job.summary(0, 1), job.summary(0, 2)
+        assert clean.tensors > 0 and clean.nonfinite_tensors == 0 and clean.max_abs is not None
+        assert clean.loss == dbg.session.monitor.value(1, "Run", "loss") and np.isfinite(clean.grad_norm_total)
+        assert bad.tensors == clean.tensors and bad.nonfinite_tensors == len(dbg.session.monitor.nonfinite(2)) - 2
+        assert bad.origin[:2] == ("Module.0.Linear", "output_norm") and np.isnan(bad.grad_norm_total)
+        first = job.first_nonfinite()
+        assert (first.rank, first.node, first.step) == (0, "Module.0.Linear", 2)
+        cells = overview_html(job, first).split("<td")[3:]  # rank, hits, then the steps
+        assert ["#f4b6b6" in c for c in cells] == [False, False, True, True], cells
+    finally:
+        dbg.close()
+
+
+def test_four_ranks_at_the_monitor_level_a_nan_made_by_one(tmp_path):
     """Rank 2's batch holds a NaN in step 4 (``NAN_STEP``); the allreduce brings it to every rank's gradients.
-    ``job.watch("TO")``: the module-output hits are rank 2's alone, the job pauses at one boundary, the first
-    non-finite is rank 2's ``inp`` at step 4, and the step summaries (the panel's overview) show the non-finite
-    series: a monitor-level step read 0 non-finite tensors (the overview cell clean) and, in summary mode (more
-    ranks than ``summary_above``), had no origin either, so ``first_nonfinite()`` answered None."""
+    Summary mode (more ranks than ``summary_above``: each rank sends its step summaries). ``job.watch("TO")``:
+    the module-output hits are rank 2's alone, the job pauses at one boundary, the first non-finite is rank 2's
+    ``inp`` at step 4, and the step summaries (the panel's overview) show the non-finite series: a rank's agent
+    summarised a monitor-level step as an empty table — 0 non-finite tensors and no origin, so
+    ``first_nonfinite()`` answered None."""
     from nbdebug.ui.job_panel import OVERVIEW_STEPS, overview_html
 
-    with _job(tmp_path, "nan", 4, 8, arg=2, level="monitor", summary_above=2 if summary_mode else None) as (
-            listener, proc, out):
+    with _job(tmp_path, "nan", 4, 8, arg=2, level="monitor", summary_above=2) as (listener, proc, out):
         job = listener.job
         job.watch("TO")
         (out / "go").write_text("go")
         until(lambda: all(str(job.source(r).state) == "paused" for r in job.ranks)
               and len({job.source(r).step_index for r in job.ranks}) == 1, 60, lambda: _states(job))
-        assert [job.source(r).detail for r in job.ranks] == ["summary" if summary_mode else "full"] * 4
+        assert [job.source(r).detail for r in job.ranks] == ["summary"] * 4
         outputs = {r: {(h.step, h.node) for h in job.hits[r] if h.slot == "output_norm"} for r in job.ranks}
         assert (4, "Module.module.inp.Linear") in outputs[2]
         assert all(not outputs[r] for r in (0, 1, 3)), outputs
