@@ -11,6 +11,25 @@ Defects they showed, each tested here:
   already closed its step on its own; now an interrupted backward or optimizer step does too (the next
   outermost module call finds the backward pass unfinished, or the optimizer's step no longer on the stack).
   A forward run inside them (a checkpoint's recomputation, LBFGS's closure) still belongs to the step.
+  An Interrupt landing where nothing tells the iteration from a gradient-accumulation one (after the backward
+  pass returned, before ``opt.step()`` — where a long backward's Interrupt lands; or in a hook of the user's
+  before nbdebug recorded any of the backward) is handled at the cell's end: a shown panel's ``post_run_cell``
+  hook closes the step the cell left (``Debugger.end_abandoned_step``);
+- the header said "failed in step N at …: KeyboardInterrupt" for the user's own Interrupt: it reads
+  "interrupted in step N at NODE (KeyboardInterrupt)";
+- the control line of a panel over a plain training loop kept "3 steps recorded" (its redraw was keyed on the
+  state only) while the header went on to step 5 when the training cell was run again;
+- ``dbg`` and ``dbg.panel()`` in two cells: a click on the first panel's timeline scrubbed the session, but the
+  second panel kept its header and timeline marker at the latest step while its views read the scrubbed one;
+- plotly's mode bar covered the timeline heatmap's first row at the latest steps: a click meant to scrub to a
+  recent step zoomed the chart (the figure has a top margin for the bar now);
+- an Interrupt landing inside ``Coalescer.mark`` (a foreground loop marks on every step) left a redraw promised
+  and never scheduled: that view (the timeline) never redrew again.
+
+What held, in JupyterLab and Notebook 7: the ``Debugger`` cell run twice is refused with "call close() on it
+first" and the first debugger stays attached, usable and shown (a decision: no silent replace); two panels of
+one debugger follow the training cell run again; a second debugger's ``close()`` turns only its panel to
+"closed"; "Restart kernel and run all" leaves live, agreeing panels and no stale banner.
 """
 
 from __future__ import annotations
@@ -445,3 +464,45 @@ def test_an_interrupt_inside_a_redraw_request_does_not_stop_later_redraws() -> N
         c.mark("timeline")
     c.mark("timeline")  # the next step's event
     assert len(Loop.calls) == 1, "no redraw was scheduled after the interrupted one"
+
+
+@pytest.mark.usefixtures("built_extension")
+def test_interrupt_train_on_and_restart_run_all_in_notebook_7(nb_page: Any) -> None:
+    """In Jupyter Notebook 7: two panels of one debugger, the kernel's Interrupt inside a step (the panels say
+    "interrupted in step N at …"), training on in the next cell (clean steps, both panels at the kernel's last
+    step), then "Restart kernel and run all": the re-run cells' panels are live (no stale banner, no error) and
+    agree with the new kernel."""
+    from test_ui_browser import shot
+
+    lab = nb_page
+    lab.page.set_viewport_size({"width": 1440, "height": 2400})
+    lab.server.write_notebook("notebook4-nb7.ipynb", [
+        SETUP, "dbg = nbdebug.Debugger(model)\ntrain(3)\ndbg", "dbg.panel()",
+        "slow[0] = 0.2\ntrain(25)", "slow[0] = 0.0\ntrain(3)", CHECK,
+    ])
+    lab.open_notebook("notebook4-nb7.ipynb")
+    assert lab.page.evaluate("() => window.jupyterapp.name") == "Jupyter Notebook"
+    start = lab.server.log_path.stat().st_size
+    for i in range(3):
+        lab.run_cell(i)
+    _until(lab, "two panels at step 2", lambda f: len(f) == 2 and all(p["step"] == "2" for p in f))
+    line = _interrupt_training(lab, 3, 5)
+    assert line.endswith("clean None"), line
+    last = int(line.split()[1]) - 1
+    _until(lab, "both panels at the kernel's last step", lambda f: all(p["step"] == str(last) for p in f))
+    shot(lab, "heldout4-nb7-after-interrupt")
+
+    lab.page.evaluate("() => window.jupyterapp.shell.currentWidget.sessionContext.restartKernel()")
+    lab.wait_until("""() => { const k = window.jupyterapp.shell.currentWidget.sessionContext.session.kernel;
+        return k && k.status === 'idle'; }""", timeout=90)
+    lab.run_all()
+    lab.wait_until("""() => { const w = window.jupyterapp.shell.currentWidget.content.widgets[5];
+        const o = w.node.querySelector('.jp-OutputArea')?.textContent ?? '';
+        return o.includes('KERNEL 31 clean None'); }""", timeout=180)  # 3 + 25 + 3 steps
+    facts = _until(lab, "two live panels at step 30 after restart and run all",
+                   lambda f: len(f) == 2 and all(p["step"] == "30" and p["state"] == "idle" for p in f))
+    assert not any(p["error"] or p["failure"] for p in facts), facts
+    assert lab.page.locator(f"{_PANEL}.nbdebug-stale").count() == 0
+    shot(lab, "heldout4-nb7-restart-run-all")
+    log = lab.server.log_path.read_bytes()[start:].decode(errors="replace")
+    assert "Traceback" not in log, log[-3000:]
