@@ -10,14 +10,19 @@ what it computed (loss, gradient and weight norms of the values it holds) and th
    in their first backward (the native statistics kernel read a DTensor's ``data_ptr()``, an offset from
    address 0: a wrapper subclass has no data of its own), and at the monitor level the optimizer's pre-hook
    raised (``update_norms`` on the same pointer). A DTensor is measured by its local shard — the values the
-   rank holds and steps with — without a collective.
+   rank holds and steps with — without a collective; the tensor view fetched from a paused rank refused it
+   (``.numpy() is not supported for tensor subclasses``) and now gives that shard.
 3. ``torchrun --max-restarts 1`` where rank 1 crashes in its first attempt: after the restart every rank is a
    new process (new PID, ``job.add`` forgets the old one) and the job's steps are the second attempt's only.
 4. Uneven ranks: one leaves normally after half the steps — ``pause_all`` / ``cont_all`` move the others, and
    nothing waits for the one that left; a rank 30× slower under DDP: ``pause_all`` returns at once and every rank
    pauses at one boundary.
+5. Four ranks at the monitor level in summary mode; rank 2's batch holds a NaN: ``job.watch("TO")`` hits its
+   module outputs on rank 2 only, the job lines up, ``first_nonfinite()`` names rank 2 (it answered None: a
+   rank's agent summarised a monitor-level step as an empty table) and the overview marks the step.
 
-And the job's step summary (a live in-process Debugger, no torchrun): its loss was the last scalar of the
+And the job's step summary (live in-process Debuggers, no torchrun): at the monitor level it read 0 non-finite
+tensors beside a non-finite origin (the overview showed the step clean); its loss was the last scalar of the
 forward section, so a gradient norm taken after ``backward`` (``clip_grad_norm_``, logging) was shown as the
 step's loss; it is now the last such scalar before the step's last backward node.
 """
