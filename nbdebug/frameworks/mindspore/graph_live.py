@@ -52,6 +52,7 @@ except ImportError:  # pragma: no cover - older MindSpore keeps these in common.
     from mindspore.common import api as _gapi
 
 _GRAPH_CACHE: dict[tuple[str, int], kd.KernelGraph] = {}
+_LOSS_KEY = [("Run", "loss")]  # the one monitor series of GRAPH mode (Debugger.record_loss, Model.train's loss)
 
 #: what MindSpore's core logs on fd 2 when a traced function's source file is not on disk (a notebook
 #: cell's): two lines per function and compile, harmless; kept out of the output unless the run fails
@@ -260,6 +261,8 @@ class GraphAdapter:
         #: the kernel graphs whose Cell scopes were recovered for this model (by id; the graph kept alive)
         self._scoped: dict[int, kd.KernelGraph] = {}
         self.runs = 0
+        self._loss: tuple[int, Any] | None = None  # (priority, loss) of the step in progress: Run.loss
+        self._loss_step = -1  # the last step whose Run.loss is recorded
         unfilled = kd.CPU_UNFILLED_OUTPUTS if ms.get_context("device_target") == "CPU" else None
         self.recorder = kd.RunRecorder(session, retain=retain, weights=self.weights, emit=self._emit_node,
                                        unfilled=unfilled)
@@ -348,6 +351,24 @@ class GraphAdapter:
         announce(self, node)
 
     # -- steps ------------------------------------------------------------------------------------
+    def note_loss(self, loss: Any, priority: int = 2) -> None:
+        """The step's loss, the monitor's ``Run.loss`` (the only series in GRAPH mode): ``Debugger.record_loss``
+        (priority 2) over ``Model.train``'s own (1). Read at once: the graph has run."""
+        if getattr(loss, "size", 1) != 1:
+            raise ValueError(f"the loss must be a single value, got a tensor of shape {tuple(loss.shape)}")
+        value = float(loss.asnumpy().reshape(-1)[0]) if hasattr(loss, "asnumpy") else float(loss)
+        done = self.session.step_index - 1
+        if self._loss is None and not len(self.session.recorder) and done >= 0:
+            if self._loss_step != done:  # the run that computed it has ended its step: the loss is that step's
+                self._record_loss(done, value)
+            return
+        if self._loss is None or priority >= self._loss[0]:
+            self._loss = (priority, value)
+
+    def _record_loss(self, step: int, value: float) -> None:
+        self._loss_step = step
+        self.session.monitor.record(step, _LOSS_KEY, np.array([value]))
+
     def end_step(self) -> None:
         with self._lock:
             sampling = self.sampling
@@ -356,6 +377,9 @@ class GraphAdapter:
             else:
                 raw = self.recorder.raw()
                 self.session.end_step(raw)
+            loss, self._loss = self._loss, None
+            if loss is not None:
+                self._record_loss(self.session.step_index - 1, loss[1])
             if sampling is not None:
                 sampling.skipped_run = False
             self.recorder.new_step()
