@@ -13,6 +13,7 @@ MODE:
   non-DDP model whose gradients are averaged by hand with ``all_reduce`` only while every rank trains);
 * ``slow``: rank ARG sleeps 1.5 s in each step (DDP: the others wait for it in the allreduce); ``slowfree``
   the same without DDP (no collective: the ranks drift apart);
+* ``bucketview`` / ``static``: DDP with ``gradient_as_bucket_view=True`` / ``static_graph=True``;
 * ``nan``: DDP; rank ARG's batch holds a NaN in step ``NAN_STEP`` (the allreduce brings it to every rank).
 
 Step 0 runs (the runner attaches at the first model call), then every rank waits for the file GATE. Each rank
@@ -66,7 +67,8 @@ if mode == "fsdp2":
 elif mode in ("uneven", "slowfree"):
     model = net
 else:
-    model = DistributedDataParallel(net, find_unused_parameters=mode == "unused")
+    model = DistributedDataParallel(net, find_unused_parameters=mode == "unused",
+                                    gradient_as_bucket_view=mode == "bucketview", static_graph=mode == "static")
 opt = torch.optim.SGD(model.parameters(), lr=0.05)
 data = torch.Generator().manual_seed(1000 + rank + 100 * attempt)  # a restart draws other batches
 record = {"attempt": attempt, "loss": [], "micro": [], "norms": [], "grads": [], "grads_first": []}
