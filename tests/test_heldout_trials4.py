@@ -23,6 +23,10 @@ shows it:
   differed from an undebugged run's, silently. The replay now writes into copies of such tensors (kept with
   the step's state, so an ``AveragedModel``'s ``n_averaged`` starts where it was and the replay is bitwise)
   and puts the live ones back;
+- ``save_repro`` of a step function named ``step`` that calls ``opt.step()``: the attribute's name was taken for
+  a global and the wrapped step itself refused ("uses 'step', a function the script cannot rebuild"); a list
+  of the model's trainable parameters the step clips was refused too. The script binds the globals the code
+  reads (not attribute names) and reaches such a list through the rebuilt model;
 - an eval pass between training steps (``no_grad`` / ``inference_mode``) is recorded into the next step, as its
   modules' first calls: the monitor series of a module (``output_norm``, ``output_max_abs``) came from the eval
   batch and ``grad_input_norm`` was absent after every eval, at every level (SPIKE on an activation norm fired
@@ -329,6 +333,50 @@ def test_lora_fine_tuning_with_param_groups_a_scheduler_and_foreach_clipping(lev
         assert _floating(dbg) == []
     assert all(r > 10 for r, _ in counts), counts
     assert _same(got, want) and _state_equal(model, plain)
+
+
+def test_save_repro_of_a_lora_step_named_step_that_clips_a_list_of_parameters(tmp_path):
+    """The step function ``step`` calls ``opt.step()``: save_repro took the attribute name for a global and
+    refused "the step function uses 'step', a function the script cannot rebuild"; the list of trainable
+    parameters it clips (``params``, a global) was refused as "a list the script cannot rebuild". The script
+    binds globals the code reads only, reaches the list through the rebuilt model, and recomputes the step
+    (param groups, StepLR, foreach clipping) bit for bit."""
+    from test_heldout_trials3 import _run_script
+
+    torch.manual_seed(0)
+    model = LoRANet()
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW([{"params": params[:2], "weight_decay": 0.1},
+                             {"params": params[2:], "weight_decay": 0.0, "lr": 3e-2}], lr=1e-2, foreach=True)
+    sched = torch.optim.lr_scheduler.StepLR(opt, 1, gamma=0.5)
+    dbg = nbdebug.Debugger(model, level="L0")
+    globals().update(model=model, params=params, opt=opt, sched=sched)  # the names a notebook's step uses, as globals
+    try:
+        step = dbg.step_fn(_lora_step)
+        step.__module__ = "__main__"  # a notebook's ``step = dbg.step_fn(step)``: a global named as ``opt.step``
+        globals()["step"] = step
+        g = torch.Generator().manual_seed(1)
+        for _ in range(2):
+            step(torch.randn(4, 8, generator=g), torch.randn(4, 4, generator=g))
+        folder = dbg.save_repro(tmp_path / "r", "last", model_factory=f"{__name__}:LoRANet")
+        script = (tmp_path / "r" / "repro.py").read_text()
+        assert "params = [model.get_parameter('fc1.lora_A')" in script
+        status, printed, _ = _run_script(folder)
+        assert status == 0 and "bitwise identical" in printed and "NOT CHECKED" not in printed, printed
+    finally:
+        dbg.close()
+        for name in ("model", "params", "opt", "sched", "step"):
+            globals().pop(name, None)
+
+
+def _lora_step(x, y):
+    opt.zero_grad()  # noqa: F821 - bound by the test (a notebook's globals)
+    loss = F.mse_loss(model(x), y)  # noqa: F821
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, 0.1, foreach=True)  # noqa: F821
+    opt.step()  # noqa: F821
+    sched.step()  # noqa: F821
+    return loss.detach()
 
 
 # -- EMA, SAM, two optimizers ----------------------------------------------------------------------------

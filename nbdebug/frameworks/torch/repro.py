@@ -19,6 +19,7 @@ checks the loss and every parameter after the step (``after/<name>``, the live r
 from __future__ import annotations
 
 import builtins
+import dis
 import importlib
 import importlib.util
 import inspect
@@ -225,7 +226,7 @@ def bindings(fn: Any, model: Any, objects: dict[str, list[Any]]) -> list[str]:
     """Lines binding the names the step function uses (closure and globals) in the script."""
     code = fn.__code__
     values = dict(zip(code.co_freevars, [c.cell_contents for c in fn.__closure__ or ()], strict=False))
-    values.update({n: fn.__globals__[n] for n in code.co_names if n in fn.__globals__ and n not in values})
+    values.update({n: fn.__globals__[n] for n in global_names(code) if n in fn.__globals__ and n not in values})
     lines = []
     for name, v in values.items():
         if v is model:
@@ -253,9 +254,34 @@ def bindings(fn: Any, model: Any, objects: dict[str, list[Any]]) -> list[str]:
     return lines
 
 
+def global_names(code: Any) -> list[str]:
+    """The global names ``code`` reads, its nested code's (a comprehension's) included, in order — not its
+    attribute names (``opt.step()`` names no global ``step``: the step function itself may be one).
+
+    >>> def step(x):
+    ...     opt.step(); return [math.sqrt(v) for v in x]
+    >>> global_names(step.__code__)
+    ['opt', 'math']
+    """
+    found: dict[str, None] = {}
+    for ins in dis.get_instructions(code):
+        if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME"):
+            found[ins.argval] = None
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            found.update(dict.fromkeys(global_names(const)))
+    return list(found)
+
+
 def _part_of(model: Any, v: Any) -> str | None:
     """How the script reaches ``v`` when it is a submodule or a parameter of the model (a step that uses
-    ``emb = model.get_input_embeddings()`` or ``head = model.lm_head``), else None."""
+    ``emb = model.get_input_embeddings()`` or ``head = model.lm_head``), or a list or tuple of its parameters
+    (``params = [p for p in model.parameters() if p.requires_grad]`` clipped in the step), else None."""
+    if isinstance(v, (list, tuple)) and v and all(isinstance(x, torch.nn.Parameter) for x in v):
+        parts = [_part_of(model, x) for x in v]
+        if all(parts):
+            return f"[{', '.join(parts)}]" if isinstance(v, list) else f"({', '.join(parts)},)"
+        return None
     if isinstance(v, torch.nn.Parameter):
         found = next((n for n, p in model.named_parameters() if p is v), None)
         return None if found is None else f"model.get_parameter({found!r})"
