@@ -506,3 +506,20 @@ def test_interrupt_train_on_and_restart_run_all_in_notebook_7(nb_page: Any) -> N
     shot(lab, "heldout4-nb7-restart-run-all")
     log = lab.server.log_path.read_bytes()[start:].decode(errors="replace")
     assert "Traceback" not in log, log[-3000:]
+
+
+def test_a_monitor_level_timeline_click_says_the_level_keeps_no_tensor_statistics() -> None:
+    """A 250-step run at ``level="monitor"``: a click on step 150 of its timeline answered "step 150 fell out of
+    the statistics window … Debugger(stats_window=N) keeps more … ask stats(node, slot, step, fields=[...])" —
+    neither helps at that level, which records no tensor statistics at all. It says so now."""
+    model, train = _plain_training()
+    with nbdebug.Debugger(model, level="monitor") as dbg:
+        train(250)
+        panel = dbg.panel()
+        panel.timeline.show(True)
+        panel.flush()
+        why = panel.timeline.scrub(150)
+        assert why is not None and "level 'monitor' records the series this timeline shows" in why, why
+        assert "stats_window" not in why and "150" in panel.timeline.note.value, panel.timeline.note.value
+        assert "249" in panel.header.step.value
+        panel.close()

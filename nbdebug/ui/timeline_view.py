@@ -44,6 +44,10 @@ def scrub_step(source: Any, step: int) -> str | None:
     elif step in session.steps:
         source.goto(step)
         return None
+    level = getattr(getattr(source, "obj", None), "level", None)
+    if not getattr(level, "records_tensors", True):  # the monitor level: its window holds empty tables
+        return (f"step {step}: level {str(level)!r} records the series this timeline shows, no tensor statistics "
+                "(a Debugger at level 'L0', 'L1' or 'mix' keeps them for its last steps)")
     try:
         session.table(step)
     except (NotRetainedError, KeyError) as e:
