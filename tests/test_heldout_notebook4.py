@@ -523,3 +523,22 @@ def test_a_monitor_level_timeline_click_says_the_level_keeps_no_tensor_statistic
         assert "stats_window" not in why and "150" in panel.timeline.note.value, panel.timeline.note.value
         assert "249" in panel.header.step.value
         panel.close()
+
+
+def test_an_interrupted_blocking_run_reads_interrupted_in_the_control_line() -> None:
+    """``dbg.run(train, block=True)`` in a cell, stopped with the kernel's Interrupt: the control line said
+    "Training failed: KeyboardInterrupt"; it says "Training interrupted" (the header's line says where)."""
+    model, train = _plain_training()
+
+    def loop() -> None:
+        train(2)
+        raise KeyboardInterrupt
+
+    with nbdebug.Debugger(model) as dbg:
+        with pytest.raises(KeyboardInterrupt):
+            dbg.run(loop, block=True)
+        panel = dbg.panel()
+        panel.flush()
+        assert "Training interrupted: KeyboardInterrupt" in panel.controls.status.value, panel.controls.status.value
+        assert "interrupted" in panel.header.failure.value, panel.header.failure.value
+        panel.close()

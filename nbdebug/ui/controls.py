@@ -149,7 +149,8 @@ class Controls:
             last = err.strip().splitlines()[-1] if err.strip() else "unknown error"
             node = self.source.failed_node
             where = f" (last node: <code>{html.escape(node)}</code>)" if node else ""
-            text = (f"<span style='color:#cf222e'>Training failed: {html.escape(last)}</span>{where}"
+            what = "interrupted" if last.split(":")[0] == "KeyboardInterrupt" else "failed"  # the kernel's Interrupt
+            text = (f"<span style='color:#cf222e'>Training {what}: {html.escape(last)}</span>{where}"
                     f"<details><summary>traceback</summary><pre style='font-size:11px'>{html.escape(err)}</pre>"
                     "</details>")
         elif state == "connecting":  # a remote process between its hello and its state (nbdebug.listen)
