@@ -73,9 +73,26 @@ def flatteners(tensor_type: Any) -> tuple[Callable[..., Any], ...]:
             for k, item in obj.items():
                 yield from flatten(item, f"{prefix}.{k}")
 
+    def items(seq: Any, prefix: str, out: list[tuple[str, Any]]) -> None:
+        """``out.extend(flatten(seq, prefix))`` for a list or tuple: a flat list of tensors (``torch.cat``'s,
+        a ``_foreach``/fused optimizer op's) without a generator per item."""
+        names = _item_names(prefix, len(seq))
+        if names is None:
+            out.extend(flatten(seq, prefix))
+            return
+        for j, item in enumerate(seq):
+            if isinstance(item, tensor_type):
+                out.append((names[j], item))
+            elif isinstance(item, _NESTED):
+                out.extend(flatten(item, names[j]))
+
     def outputs(obj: Any, prefix: str = "output") -> list[tuple[str, Any]]:
         if isinstance(obj, tensor_type):
             return [(_OUTPUT0 if prefix == "output" else f"{prefix}.0", obj)]
+        if isinstance(obj, _SEQUENCES):
+            out: list[tuple[str, Any]] = []
+            items(obj, prefix, out)
+            return out
         return list(flatten(obj, prefix))
 
     def arguments(args: tuple, kwargs: dict | None = None) -> list[tuple[str, Any]]:
@@ -83,6 +100,8 @@ def flatteners(tensor_type: Any) -> tuple[Callable[..., Any], ...]:
         for i, a in enumerate(args):
             if isinstance(a, tensor_type):
                 out.append((_INPUTS[i] if i < _N_NAMED else f"input.{i}", a))
+            elif isinstance(a, _SEQUENCES):
+                items(a, _INPUTS[i] if i < _N_NAMED else f"input.{i}", out)
             elif isinstance(a, _NESTED):
                 out.extend(flatten(a, f"input.{i}"))
         if kwargs:
@@ -97,6 +116,7 @@ def flatteners(tensor_type: Any) -> tuple[Callable[..., Any], ...]:
 
 
 _NESTED = (list, tuple, dict)
+_SEQUENCES = (list, tuple)
 # the common slot names as the same string objects every step: a step's keys then compare (and hash) as
 # the last step's did, by identity
 _N_NAMED = 64
@@ -114,6 +134,23 @@ def slot_name(prefix: str, i: int) -> str:
         if len(_NAMES) < 100_000:
             _NAMES[key] = name
     return name
+
+
+#: prefix -> the names of its items (``slot_name(prefix, j)``, the same string objects) for lists up to
+#: ``_MAX_ITEMS`` long; longer ones are named one by one
+_ITEM_NAMES: dict[str, list[str]] = {}
+_MAX_ITEMS = 4096
+
+
+def _item_names(prefix: str, n: int) -> list[str] | None:
+    """``[slot_name(prefix, j) for j in range(n)]`` or longer, made once per prefix; None past the bound."""
+    names = _ITEM_NAMES.get(prefix)
+    if names is not None and len(names) >= n:
+        return names
+    if n > _MAX_ITEMS or (names is None and len(_ITEM_NAMES) >= 1024):
+        return None
+    names = _ITEM_NAMES[prefix] = [slot_name(prefix, j) for j in range(max(n, 8))]
+    return names
 
 
 def user_stack(framework_dir: str, limit: int = 8) -> list[str]:
