@@ -35,6 +35,10 @@ tensor agrees with its statistics (or is refused with a reason). Defects found a
   frameworks, the slots of an op pair that names pair wrongly or not at all are now paired by shape in
   order (said in the row's messages). A LayerNorm with a wrong epsilon (1e-2) is the first divergence, at
   the norm layer; MindSpore's default epsilon (1e-7 against PyTorch's 1e-5) is within compare's tolerances;
+* a ``@mindspore.jit`` training step called in PyNative mode under a Debugger failed inside MindSpore's
+  compiler (``Unsupported statement 'Try'``, pointing into ``Cell._forward_pre_hook``: MindSpore compiles Cell
+  hooks into the graph); now a ``RuntimeError`` says to create the Debugger in GRAPH mode (whose kernel dump
+  sees inside ``@jit`` steps, tested above) or to drop ``@jit`` while debugging;
 * a Debugger attached before ``auto_mixed_precision(net, "O1")`` (which rewrites the network into new Cells
   that carry the old Cells' hooks) failed with a bare ``KeyError``; now a ``RuntimeError`` says to attach to
   the network ``auto_mixed_precision`` returns (attached so, O1 works and is checked here).
@@ -465,3 +469,31 @@ def test_port_compare_pairs_layernorm_slots_and_finds_a_wrong_epsilon():
     finally:
         target.close()
         golden.close()
+
+
+def test_a_jit_step_under_a_pynative_debugger_says_what_to_do(monkeypatch, tmp_path):
+    from mindspore.graph.api import _JitExecutor
+
+    monkeypatch.chdir(tmp_path)  # MindSpore writes its analyze_fail.ir under ./rank_0
+    original = _JitExecutor.compile
+    net, batches = build("norm")
+    crit = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+    opt = nn.SGD(net.trainable_params(), 0.1)
+
+    def forward(x, y):
+        return crit(net(x), y)
+
+    grad_fn = ms.value_and_grad(forward, None, opt.parameters)
+
+    @ms.jit
+    def step(x, y):
+        loss, grads = grad_fn(x, y)
+        opt(grads)
+        return loss
+
+    for level in ("monitor", "L0"):
+        with nbdebug.Debugger(net, level=level):
+            with pytest.raises(RuntimeError, match="create the Debugger in GRAPH mode") as info:
+                step(*batches[0])
+            assert "hook" in str(info.value.__cause__)  # MindSpore's own error, chained
+        assert _JitExecutor.compile is original  # put back at close

@@ -21,9 +21,9 @@ from mindspore.common.parameter import Parameter
 from mindspore.mint.nn import functional as mint_functional
 
 try:  # mindspore.common.api is deprecated since 2.9 and says so on stderr when imported
-    from mindspore.graph.api import _pynative_executor
+    from mindspore.graph.api import _JitExecutor, _pynative_executor
 except ImportError:  # pragma: no cover - older MindSpore
-    from mindspore.common.api import _pynative_executor
+    from mindspore.common.api import _JitExecutor, _pynative_executor
 
 from .ops import Tensor, TensorBase
 
@@ -253,3 +253,46 @@ class _OptimizerPatch:
 
 
 _OPT = _OptimizerPatch()
+
+
+JIT_HOOKS_REFUSED = (
+    "nbdebug: this mindspore.jit function runs Cells that a PyNative-mode Debugger has hooked, and MindSpore "
+    "compiles Cell hooks into the graph, which it cannot do with nbdebug's. To see inside the compiled step, "
+    "create the Debugger in GRAPH mode (mindspore.set_context(mode=mindspore.GRAPH_MODE) before the first "
+    "compile of the process: it reads the kernel dump of every graph run, @jit steps included); or call the "
+    "step without @jit while debugging in PyNative mode.")
+
+
+class _JitCompilePatch:
+    """``_JitExecutor.compile`` while PyNative Debuggers are attached: MindSpore compiles the Cells' forward
+    hooks into a ``mindspore.jit`` graph, and nbdebug's cannot be compiled (``Unsupported statement 'Try'``
+    pointing into ``Cell._forward_pre_hook``): that failure gets :data:`JIT_HOOKS_REFUSED` (refcounted)."""
+
+    def __init__(self) -> None:
+        self.adapters: list[PyNativeAdapter] = []
+        self.orig: Any = None
+
+    def install(self, adapter: PyNativeAdapter) -> None:
+        self.adapters.append(adapter)
+        if len(self.adapters) == 1:
+            self.orig = orig = _JitExecutor.__dict__["compile"]
+
+            @functools.wraps(orig)
+            def compile(executor, *args, **kwargs):  # noqa: A001 - the method's own name
+                try:
+                    return orig(executor, *args, **kwargs)
+                except Exception as err:
+                    if "_forward_pre_hook" in str(err) or "_forward_hook" in str(err):
+                        raise RuntimeError(JIT_HOOKS_REFUSED) from err
+                    raise
+
+            _JitExecutor.compile = compile
+
+    def uninstall(self, adapter: PyNativeAdapter) -> None:
+        if adapter in self.adapters:
+            self.adapters.remove(adapter)
+            if not self.adapters:
+                _JitExecutor.compile = self.orig
+
+
+_JIT = _JitCompilePatch()

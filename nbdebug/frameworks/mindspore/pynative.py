@@ -47,7 +47,7 @@ except ImportError:  # pragma: no cover - older MindSpore
 from ...session.session import Session
 from ..core.calls import module_base, parent_scope
 from ..core.capture import LEVELS, Capture
-from .op_patches import _OPS, _OPT, _PRIM_INFO, _SKIP_PRIMITIVES, _grad_recording, _is_tensor, _recording_class
+from .op_patches import _JIT, _OPS, _OPT, _PRIM_INFO, _SKIP_PRIMITIVES, _grad_recording, _is_tensor, _recording_class
 from .ops import MindSporeOps, MSRef
 
 __all__ = ["LEVELS", "MSRef", "PyNativeAdapter"]
@@ -174,6 +174,7 @@ class PyNativeAdapter(Capture):
                 self._param_info[id(p)] = (weakref.ref(p), qual, "", "")
             self.monitor_probe = MindSporeMonitor(self, model, _grad_recording)
             _OPT.install(self)
+            _JIT.install(self)
             return
         from .monitor import LossMonitor
 
@@ -216,6 +217,7 @@ class PyNativeAdapter(Capture):
                         self._prims.append((value, cls))
             _OPS.install(self)
         _OPT.install(self)
+        _JIT.install(self)
 
     def close(self) -> None:
         if self.closed:
@@ -232,6 +234,7 @@ class PyNativeAdapter(Capture):
         if self.level.ops:
             _OPS.uninstall(self)
         _OPT.uninstall(self)
+        _JIT.uninstall(self)
         self._threads.clear()
         self._hb_cache.clear()
         self._seen.clear()
