@@ -109,6 +109,8 @@ class TorchAdapter(ModuleGrads, Capture):
         self.in_backward = False  # inside ``Tensor.backward`` (see .recompute)
         self._root_frame = None  # frame of the outermost module call in progress
         self._ok_frame = None  # last op caller frame known to be inside it
+        self._opt_frame = None  # frame of the optimizer step in progress (its hooks' wrapper)
+        self._bwd_open = False  # a backward pass recorded into this step has not finished (see _unfinished)
         self._disarmed: dict[int, OpMode] = {}  # thread -> mode left on its stack by an interrupt
         self._api_cache: dict[Any, tuple[str, str] | None] = {}
         #: (prefix, api) -> what its calls share (see :meth:`_plan`)
@@ -170,7 +172,8 @@ class TorchAdapter(ModuleGrads, Capture):
         """The outermost module call was left without its hooks running (a ``KeyboardInterrupt`` is not
         an ``Exception``, so ``always_call`` hooks are skipped): close the partial step on its own and
         leave the op mode, so that later unrelated code is not recorded into it."""
-        self._root_frame = self._ok_frame = None
+        self._root_frame = self._ok_frame = self._opt_frame = None
+        self._bwd_open = False
         mode = self._modes.get(threading.get_ident())
         if mode is not None and not any(m is mode for m in torch.overrides._get_current_function_mode_stack()):
             # called from inside the mode's own dispatch (torch re-pushes it when we return): disarm it
@@ -180,6 +183,27 @@ class TorchAdapter(ModuleGrads, Capture):
             self._disarmed[threading.get_ident()] = mode
         if not self.close_partial_step():
             self._pop_mode()
+
+    def _unfinished(self, caller) -> bool:
+        """Whether an outermost module call starting now finds the step's backward pass or optimizer step
+        left by an interrupt (``KeyboardInterrupt`` skips their final callback and post-hook): that step is
+        closed on its own, as an interrupted forward's is, not merged with the next iteration. A forward
+        run inside them (a checkpoint's recomputation, LBFGS's closure) is none."""
+        if self.section == "optimizer":
+            frame, opt = caller, self._opt_frame
+            while frame is not None and frame is not opt:
+                frame = frame.f_back
+            return frame is None
+        return self._bwd_open and torch._C._current_graph_task_id() == -1
+
+    def backward_node(self, name: str, scope: str, pair: str | None, kind: str) -> Any:
+        if not self._bwd_open and torch._C._current_graph_task_id() != -1:  # a backward pass starts
+            self._bwd_open = True
+            torch.autograd.Variable._execution_engine.queue_callback(self._backward_done)
+        return super().backward_node(name, scope, pair, kind)
+
+    def _backward_done(self) -> None:
+        self._bwd_open = False
 
     def _drop_disarmed(self) -> None:
         """Take a mode disarmed by :meth:`interrupted` off this thread's stack (now outside its dispatch)."""
@@ -434,6 +458,8 @@ class TorchAdapter(ModuleGrads, Capture):
             caller = _hook_caller()
             if self._scope and not self._root_alive(caller):
                 self.interrupted()  # the previous outermost call never returned (KeyboardInterrupt)
+            elif not self._scope and (self._bwd_open or self.section == "optimizer") and self._unfinished(caller):
+                self.interrupted()  # the previous step's backward or optimizer step never finished
             path, cls, leaf, inplace = self._module_info[id(mod)]
             if not self._scope:  # the outermost call: make sure the op mode is on in this thread
                 self._root_frame = caller
@@ -545,6 +571,7 @@ class TorchAdapter(ModuleGrads, Capture):
         if params:
             self.monitor_probe.optimizer_pre(opt, params)
             self.section = "optimizer"
+            self._opt_frame = sys._getframe(1)  # torch's wrapper of the step: on the stack until it returns
             self._push_mode()
 
     def _opt_post(self, opt, args, kwargs) -> None:
