@@ -10,7 +10,8 @@ MODE:
 * ``crash``: rank ARG raises in step 3 of the first attempt (``TORCHELASTIC_RESTART_COUNT`` 0): under
   ``torchrun --max-restarts 1`` the job restarts and the second attempt trains to the end;
 * ``uneven``: rank ARG stops after half the steps and leaves normally (no collective after: plain SGD on a
-  non-DDP model whose gradients are averaged by hand with ``all_reduce`` only while every rank trains);
+  non-DDP model whose gradients are averaged by hand with ``all_reduce`` only while every rank trains); the
+  others take 0.3 s a step from then on (time for the notebook to act);
 * ``slow``: rank ARG sleeps 1.5 s in each step (DDP: the others wait for it in the allreduce); ``slowfree``
   the same without DDP (no collective: the ranks drift apart);
 * ``bucketview`` / ``static``: DDP with ``gradient_as_bucket_view=True`` / ``static_graph=True``;
@@ -128,6 +129,7 @@ for step in range(my_steps):
         json.dump(record, f)
     with open(os.path.join(out, f"progress{rank}"), "w") as f:
         f.write(str(step + 1))
-    time.sleep(1.5 if mode in ("slow", "slowfree") and rank == arg else 0.05)
+    slow = mode in ("slow", "slowfree") and rank == arg
+    time.sleep(1.5 if slow else 0.3 if mode == "uneven" and step >= steps // 2 else 0.05)
 if mode != "uneven":
     dist.destroy_process_group()
