@@ -276,6 +276,17 @@ class Debugger(Reader, PanelOwner):
                 self._node_sub = None
             raise
 
+    def end_abandoned_step(self) -> bool:
+        """Close the step a notebook cell left open when it raised inside it (the kernel's Interrupt in a plain
+        training loop, an error): that iteration is over, so the next cell's training starts a step of its own
+        instead of being recorded into it. Call it from the thread that trained (a shown panel does, once the
+        cell ended); False when no step is open, or training runs under :meth:`run` (its thread closes its own)."""
+        if self.closed or self._ctl.state in (State.RUNNING, State.PAUSED) or not len(self.session.recorder):
+            return False
+        adapter = self._adapter
+        (getattr(adapter, "interrupted", None) or adapter.thread_exit)()
+        return True
+
     def adopt(self) -> None:
         """Control training that runs in the calling thread without :meth:`run` (a script's plain loop):
         pauses, steps and terminate act on it as on a worker (used by ``nbdebug.attach``)."""

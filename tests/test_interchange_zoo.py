@@ -35,7 +35,7 @@ import torch, torch.nn as nn, torch.nn.functional as F
 tool, case, level, out = sys.argv[1:5]
 torch.manual_seed(0)
 torch.set_num_threads(1)
-''' + WRITE_CONFIG + r'''early = case == "bound_early"  # msProbe's documented order: PrecisionDebugger made before the model
+''' + WRITE_CONFIG + r'''early = case == "bound_early"  # msProbe's documented order: its debugger made before the model
 if early:
     from msprobe.pytorch import PrecisionDebugger
     case, dbg = "bound", PrecisionDebugger(config_path=cfg)
