@@ -61,7 +61,12 @@ def next_sequence_nr() -> int:
 
 
 def edge_of(t: torch.Tensor) -> tuple[Any, int]:
-    """(autograd node, output number) through which gradients reach ``t``."""
+    """(autograd node, output number) through which gradients reach ``t`` (``get_gradient_edge``'s; a tensor
+    an op made is its ``grad_fn`` and output number, read directly: no ``GradientEdge`` per edge, and no
+    ownership token — a ``view_as`` node for a custom Function's output — that nothing here keeps)."""
+    gf = t.grad_fn
+    if gf is not None:
+        return gf, t.output_nr
     e = get_gradient_edge(t)
     return e.node, e.output_nr
 
