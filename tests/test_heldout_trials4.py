@@ -4,9 +4,9 @@
 ``torch.no_grad()`` between training steps, LoRA-style fine-tuning (frozen base, hand-written adapters, param
 groups with their own lr and weight decay, ``LambdaLR``, ``clip_grad_norm_(foreach=True)``), an EMA copy
 updated each step (``torch._foreach_lerp_``, ``AveragedModel``), SAM (two forward/backward passes per
-optimizer step), two optimizers in one step, a channels_last CNN, FNet (FFT), Bloom (ALiBi, ``baddbmm``) and
-GPT-NeoX (partial rotary) from tiny configs. Each defect they showed is tested on the smallest set-up that
-shows it:
+optimizer step), two optimizers in one step, a channels_last CNN, FNet (FFT), Bloom (ALiBi, ``baddbmm``),
+GPT-NeoX (partial rotary) and Longformer (sliding-window attention) from tiny configs. Each defect they showed
+is tested on the smallest set-up that shows it:
 
 - an op-level capture (L1/mix) of a ``torch.compile``d model: dynamo traced the capture's own Python (the op
   mode), recompiled on its guards until its limit (warnings naming ``nbdebug/frameworks/core/recording.py``),
@@ -27,6 +27,10 @@ shows it:
   a global and the wrapped step itself refused ("uses 'step', a function the script cannot rebuild"); a list
   of the model's trainable parameters the step clips was refused too. The script binds the globals the code
   reads (not attribute names) and reaches such a list through the rebuilt model;
+- Longformer at mix: ``first_nonfinite`` of a clean step named ``Torch.full_like.0.forward`` — its ``-inf``
+  reaches the scores through ``x[...] = …`` (``Tensor.__setitem__``, no output slot), and the softmax reading
+  them after has its edge from their producer, so the absorption was not seen. The readers of a write's
+  target after it are followed now;
 - an eval pass between training steps (``no_grad`` / ``inference_mode``) is recorded into the next step, as its
   modules' first calls: the monitor series of a module (``output_norm``, ``output_max_abs``) came from the eval
   batch and ``grad_input_norm`` was absent after every eval, at every level (SPIKE on an activation norm fired
@@ -496,6 +500,36 @@ def test_sam_and_two_optimizers_in_one_step(loop):
     assert _same(got, want) and _state_equal(model, plain)
 
 
+class MaskedScores(nn.Module):
+    """Longformer's ``_mask_invalid_locations``: ``x[...] = where(mask, full_like(x, -inf), x)`` before a
+    softmax (``fill``: the value written; NaN poisons the softmax)."""
+
+    def __init__(self, fill: float) -> None:
+        super().__init__()
+        self.fc, self.fill = nn.Linear(4, 4), fill
+
+    def forward(self, x):
+        s = self.fc(x)
+        s[:, :2] = torch.where(s[:, :2] > 0, torch.full_like(s[:, :2], self.fill), s[:, :2])
+        return torch.softmax(s, -1)
+
+
+@pytest.mark.parametrize("fill, origin", [(-float("inf"), None), (float("nan"), "Torch.full_like.0.forward")])
+def test_a_mask_written_in_place_before_a_softmax_is_absorbed(fill, origin):
+    """Longformer at mix: ``first_nonfinite`` of a clean step named ``Torch.full_like.0.forward``: its ``-inf``
+    goes into the scores through ``Tensor.__setitem__``, which has no output slot, and the softmax reading
+    the scores after it has its edge from the scores' producer, so the absorption was not seen. The readers
+    of a write's target after it are followed now; a NaN written the same way is still the origin."""
+    torch.manual_seed(0)
+    model = MaskedScores(fill)
+    with nbdebug.Debugger(model, level="L1") as dbg:
+        model(torch.randn(3, 4)).sum().backward()
+        dbg.step()
+        assert dbg.stats("Torch.full_like.0.forward", "output.0", step=0)["nan_count" if origin else "neg_inf_count"]
+        got = dbg.first_nonfinite(0)
+        assert (got and got[0]) == origin, got
+
+
 # -- architectures ----------------------------------------------------------------------------------------
 VOCAB = 64
 
@@ -516,6 +550,12 @@ def _arch(kind: str):
         m = T.FNetForMaskedLM(T.FNetConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=1,
                                            intermediate_size=64, max_position_embeddings=64,
                                            hidden_dropout_prob=0.0, use_tpu_fourier_optimizations=False))
+    elif kind == "longformer":
+        m = T.LongformerForMaskedLM(T.LongformerConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=1,
+                                                       num_attention_heads=2, intermediate_size=64,
+                                                       max_position_embeddings=80, attention_window=[4],
+                                                       hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                                                       pad_token_id=1))
     elif kind == "bloom":
         m = T.BloomForCausalLM(T.BloomConfig(vocab_size=VOCAB, hidden_size=32, n_layer=1, n_head=4,
                                              hidden_dropout=0.0, attention_dropout=0.0))
@@ -528,7 +568,7 @@ def _arch(kind: str):
         lambda m, b: m(input_ids=b, labels=b).loss
 
 
-@pytest.mark.parametrize("kind", ["channels_last_cnn", "fnet", "bloom", "gpt_neox"])
+@pytest.mark.parametrize("kind", ["channels_last_cnn", "fnet", "bloom", "gpt_neox", "longformer"])
 def test_architecture_trains_bitwise_and_shows_the_values_used(kind):
     model, batches, loss_fn = _arch(kind)
     plain = copy.deepcopy(model)

@@ -137,13 +137,41 @@ def _propagates(graph: Any, origin: str, table: Any, by_node: dict[str, list[int
             s in slots or not s for s, _ in graph.edges[(name, dst)])]
         if not consumers:
             return True
-        for c in consumers:
+        for c in consumers:  # grows by the readers of an in-place write's target
             if not any(not table.keys[i][1].startswith(_IN_PREFIXES) and i not in unsupported for i in by_node[c]):
-                return True  # a consumer without measured outputs cannot show that it absorbed the value
+                readers = _readers_after_write(graph, c, table, by_node)
+                if readers is None:
+                    return True  # a consumer without measured outputs cannot show that it absorbed the value
+                consumers += [r for r in readers if r not in consumers]
+                continue
             if c not in seen and _bad_outputs(table, by_node[c], bad):
                 seen.add(c)
                 frontier.append(c)
     return False
+
+
+def _readers_after_write(graph: Any, name: str, table: Any, by_node: dict[str, list[int]]) -> list[str] | None:
+    """The nodes that read what in-place write ``name`` wrote (``x[i] = v``: ``Tensor.__setitem__``, which has
+    no output slot): the consumers of its target's producer that run after it — a later reader's edge comes
+    from the target's producer. None when ``name`` is no such write, or nothing reads the target after it.
+
+    Longformer writes ``where(mask, full_like(x, -inf), x)`` into its scores with ``x[...] = …`` before the
+    softmax absorbs the ``-inf``."""
+    node = graph.nodes.get(name)
+    if node is None or not (node.op_type == "__setitem__" or node.op_type.endswith("_")):
+        return None
+    target = [src for src in graph.predecessors(name) if any(d == "input.0" for _, d in graph.edges[(src, name)])]
+    if len(target) != 1:
+        return None
+    src = target[0]
+    slots = {s for s, d in graph.edges[(src, name)] if d == "input.0"}
+    orders = getattr(table, "orders", None) or {}
+    at = orders.get(name, node.order)
+    readers = [dst for dst in graph.successors(src) if dst != name and dst in by_node
+               and orders.get(dst, graph.nodes[dst].order) > at
+               and graph.nodes[dst].section == node.section
+               and any(s in slots for s, _ in graph.edges[(src, dst)])]
+    return readers or None
 
 
 def nonfinite_path(session: Any, idx: int, origin: str) -> dict[str, str]:
