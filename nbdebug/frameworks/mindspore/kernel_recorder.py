@@ -38,10 +38,12 @@ from .kernel_pairing import match_kernel_files
 #: statistics / reserve outputs 1–4; what reads them (``BatchNormGrad``) gets the same refusal through its edge.
 #: The CPU ``Adam`` and ``AdamWeightDecay`` (``nn.Adam``, ``nn.LazyAdam``, ``nn.AdamWeightDecay``) update the
 #: parameter and moments in place and leave their outputs 0–2 as they were (a NaN left there named Adam the
-#: origin of a NaN batch); the updated values are the ``Parameter.*`` nodes' dumps.
+#: origin of a NaN batch); the updated values are the ``Parameter.*`` nodes' dumps. So does ``ApplyRMSProp``
+#: (``nn.RMSProp``) with its output 0.
 CPU_UNFILLED_OUTPUTS = {"BatchNorm": ("output.1", "output.2", "output.3", "output.4"),
                         "Adam": ("output.0", "output.1", "output.2"),
-                        "AdamWeightDecay": ("output.0", "output.1", "output.2")}
+                        "AdamWeightDecay": ("output.0", "output.1", "output.2"),
+                        "ApplyRMSProp": ("output.0",)}
 UNFILLED_REASON = ("MindSpore's CPU {op} kernel does not write this output: its dump file holds whatever the "
                    "buffer held before, not a value the step computed")
 
