@@ -162,6 +162,7 @@ def test_fsdp2_job_trains_and_shows_each_rank_its_shard(tmp_path, level):
         job = listener.job
         fetched = {}
         if level == "L1":  # the tensor view: a rank's values fetched from it while the job is paused
+            until(lambda: min(job.source(r).step_index for r in job.ranks) == 1, 30, lambda: _states(job))
             assert listener.pause_all() == 1  # the ranks wait for the gate in step 1: they pause at its end
             (out / "go").write_text("go")
             until(lambda: all(str(job.source(r).state) == "paused" for r in job.ranks), 30, lambda: _states(job))
