@@ -575,6 +575,7 @@ class TorchAdapter(ModuleGrads, Capture):
             self._push_mode()
 
     def _opt_post(self, opt, args, kwargs) -> None:
+        self._opt_frame = None  # a finished frame keeps its callers' locals (the model) alive
         params = self._ours(opt)
         if params:
             self.monitor_probe.optimizer_post(opt, params)
