@@ -45,6 +45,7 @@ from typing import Any
 
 import numpy as np
 
+from ..frameworks.core.recording import NO_OUTPUT
 from ..frameworks.registry import backend_named
 from .config import DumpConfig
 from .entry_parts import (
@@ -296,8 +297,9 @@ class DumpWriter:
         args, kwargs, out = call if call is not None else call_from_slots(tensors)
         if kind == "mod_f":
             self._arity[name] = self.io.module_grad_arity(args, out)
+        made = out is not NO_OUTPUT  # else the call raised inside (a checkpoint's early stop): inputs only
         if kind == "api_f":
-            self._arity[name] = self.io.grad_arity(out)
+            self._arity[name] = self.io.grad_arity(out) if made else 0
             args, kwargs = self.io.as_called(name, args, kwargs or {})
             if name.startswith(DROPOUT) and dropout_p(args, kwargs) == 0:
                 del self._chains[name]  # msProbe records no backward for a dropout with p=0
@@ -305,7 +307,7 @@ class DumpWriter:
         if want_in:
             part["input_args"] = self._walk(args, name, "input", (), None, True)
             part["input_kwargs"] = self._walk(kwargs or {}, name, "kwargs", (), None, True)
-        if want_out:
+        if want_out and made:
             part["output"] = self._walk(out if isinstance(out, tuple) else (out,), name, "output", (), None, False)
             if kind == "mod_f":
                 params = {}

@@ -257,6 +257,11 @@ class Recording:
         announce(self, node)
 
 
+#: a call's output in the ``(args, kwargs, output)`` a tap is given when the call raised before it made one (a
+#: checkpoint's early stop inside the op): its entry has inputs and no output, as msProbe's
+NO_OUTPUT = type("NoOutput", (), {"__repr__": lambda self: "NO_OUTPUT"})()
+
+
 def announce(owner: Any, node: Any) -> None:
     """``node`` finished executing: its execution order is its completion order; the session's ``node``
     listeners hear of it (``owner.busy`` set meanwhile, so a pause there does not capture itself)."""

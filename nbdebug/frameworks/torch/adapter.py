@@ -30,7 +30,7 @@ import torch.optim.optimizer as _optim
 from ...session.session import Session
 from ..core.calls import module_base, parent_scope
 from ..core.capture import LEVELS, Capture
-from ..core.recording import announce
+from ..core.recording import NO_OUTPUT, announce
 from ..core.records import slot_name
 from .compiled import replay_note, retrace, run_eagerly
 from .ddp import ReducedGrads
@@ -385,7 +385,7 @@ class TorchAdapter(ModuleGrads, Capture):
         try:
             out = func(*args, **kwargs)
         except STOPPED:  # a checkpoint's early stop inside its recomputation: the call's inputs, no output
-            self.emit_node(node)
+            self.emit_node(node, (args, kwargs, NO_OUTPUT) if self.tap is not None else None)
             raise
         self.busy = True
         try:
