@@ -232,12 +232,16 @@ model2 = nn.Sequential(nn.Linear(3, 3), nn.Tanh(), nn.Linear(3, 1))
 opt2 = torch.optim.SGD(model2.parameters(), lr=0.01)
 slow = [0.0]  # seconds each backward pass takes (an Interrupt then lands in the backward pass)
 
+def in_backward(g):  # says so in a file, then takes its time: the test presses Interrupt once the file is there
+    open("in_backward", "w").close()
+    time.sleep(slow[0])
+
 def train(n, m=model, o=opt):
     for _ in range(n):
         o.zero_grad()
         out = m(torch.randn(2, m[0].in_features))
         if slow[0]:
-            out.register_hook(lambda g: time.sleep(slow[0]))
+            out.register_hook(in_backward)
         out.pow(2).mean().backward()
         o.step()"""
 CHECK = """\
@@ -290,9 +294,16 @@ def _interrupt_training(lab: Any, cell: int, check: int) -> str:
     returns the check cell's KERNEL line."""
     import time
 
+    flag = lab.server.root / "in_backward"
+    flag.unlink(missing_ok=True)
     _run_nowait(lab, cell)
     lab.wait_until("() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status === 'busy'")
-    time.sleep(3)  # a few steps (a foreground loop holds the kernel: the panels redraw when it ends)
+    time.sleep(1)  # a few steps (a foreground loop holds the kernel: the panels redraw when it ends)
+    flag.unlink(missing_ok=True)
+    deadline = time.monotonic() + 60
+    while not flag.exists():  # the next backward pass began: the Interrupt lands in its 1 s (not in a step end)
+        assert time.monotonic() < deadline, "the training cell never reached a backward pass"
+        time.sleep(0.02)
     lab.page.evaluate("() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.interrupt()")
     lab.wait_until("""(i) => window.jupyterapp.shell.currentWidget.content.widgets[i]
         .node.querySelector('.jp-OutputArea')?.textContent.includes('KeyboardInterrupt')""", arg=cell, timeout=60)
@@ -320,7 +331,7 @@ def test_notebook_cells_run_again_interrupted_and_two_debuggers_in_jupyterlab(la
     lab.page.set_viewport_size({"width": 1440, "height": 2600})
     lab.server.write_notebook("notebook4.ipynb", [
         SETUP, "dbg = nbdebug.Debugger(model)", "train(3)", "dbg", "dbg.panel()",
-        "slow[0] = 0.2\ntrain(100000)", "slow[0] = 0.0\ntrain(3)", CHECK,
+        "slow[0] = 1.0\ntrain(100000)", "slow[0] = 0.0\ntrain(3)", CHECK,
         "dbg2 = nbdebug.Debugger(model2)\ntrain(2, model2, opt2)\ndbg2", "dbg2.close()",
     ])
     lab.open_notebook("notebook4.ipynb")
@@ -478,7 +489,7 @@ def test_interrupt_train_on_and_restart_run_all_in_notebook_7(nb_page: Any) -> N
     lab.page.set_viewport_size({"width": 1440, "height": 2400})
     lab.server.write_notebook("notebook4-nb7.ipynb", [
         SETUP, "dbg = nbdebug.Debugger(model)\ntrain(3)\ndbg", "dbg.panel()",
-        "slow[0] = 0.2\ntrain(25)", "slow[0] = 0.0\ntrain(3)", CHECK,
+        "slow[0] = 1.0\ntrain(8)", "slow[0] = 0.0\ntrain(3)", CHECK,
     ])
     lab.open_notebook("notebook4-nb7.ipynb")
     assert lab.page.evaluate("() => window.jupyterapp.name") == "Jupyter Notebook"
@@ -498,9 +509,9 @@ def test_interrupt_train_on_and_restart_run_all_in_notebook_7(nb_page: Any) -> N
     lab.run_all()
     lab.wait_until("""() => { const w = window.jupyterapp.shell.currentWidget.content.widgets[5];
         const o = w.node.querySelector('.jp-OutputArea')?.textContent ?? '';
-        return o.includes('KERNEL 31 clean None'); }""", timeout=180)  # 3 + 25 + 3 steps
-    facts = _until(lab, "two live panels at step 30 after restart and run all",
-                   lambda f: len(f) == 2 and all(p["step"] == "30" and p["state"] == "idle" for p in f))
+        return o.includes('KERNEL 14 clean None'); }""", timeout=180)  # 3 + 8 + 3 steps
+    facts = _until(lab, "two live panels at step 13 after restart and run all",
+                   lambda f: len(f) == 2 and all(p["step"] == "13" and p["state"] == "idle" for p in f))
     assert not any(p["error"] or p["failure"] for p in facts), facts
     assert lab.page.locator(f"{_PANEL}.nbdebug-stale").count() == 0
     shot(lab, "heldout4-nb7-restart-run-all")

@@ -45,6 +45,7 @@ between steps is no step of its own: it is recorded into the step in progress, b
 from __future__ import annotations
 
 import copy
+import gc
 import warnings
 
 import pytest
@@ -114,6 +115,26 @@ def _net() -> Net:
 
 
 # -- torch.compile -----------------------------------------------------------------------------------
+@pytest.fixture(autouse=True)
+def compiler_alone():
+    """Each test here starts from the compiler's default stance: Debuggers earlier tests dropped are collected
+    (they give their stance back), and L1/mix captures other modules' fixtures keep alive (the suite runs
+    modules interleaved by tier) are set aside for the test and put back after it."""
+    from nbdebug.frameworks.torch import compiled
+
+    gc.collect()
+    held = compiled._held[:]
+    if held:
+        compiled._held.clear()
+        prev = held[0]
+        torch.compiler.set_stance(prev.stance, skip_guard_eval_unsafe=prev.skip_guard_eval_unsafe,
+                                  force_backend=prev.backend)
+    yield
+    if held:
+        compiled._held[:0] = held
+        torch.compiler.set_stance("force_eager")
+
+
 @pytest.mark.parametrize("level, whole", [("L1", True), ("mix", False)])
 def test_a_compiled_model_at_op_level_runs_eagerly_and_says_so(level, whole):
     torch._dynamo.reset()
@@ -141,6 +162,18 @@ def test_a_compiled_model_at_op_level_runs_eagerly_and_says_so(level, whole):
     assert stance() == "default"  # the user's stance is back
     assert all(r > 10 for r, _ in counts), counts
     assert _same(got, want) and _state_equal(model, plain)  # bitwise the eager run: every op ran as recorded
+
+
+def test_a_debugger_dropped_unclosed_gives_the_compiler_stance_back_when_collected():
+    """An L1 Debugger the user drops without ``close()`` (re-running a notebook cell, a test) holds the
+    ``force_eager`` stance only while it lives: once collected, compiled code of the process compiles again."""
+    gc.collect()
+    model = _net()
+    nbdebug.Debugger(model, level="L1")
+    assert stance() == "force_eager"
+    del model
+    gc.collect()
+    assert stance() == "default"
 
 
 @pytest.mark.parametrize("level", ["L0", "monitor"])

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 import numpy as np
 import pytest
 
-from nbdebug.session.session import Session
+from nbdebug.session.session import Session, StatsNotRetainedError
 from nbdebug.session.stats import FIELDS, StatsTable
 from nbdebug.watch.watchpoints import WatchManager
 
@@ -93,7 +93,9 @@ def test_watchpoints_set_from_another_thread_while_training_checks_its_steps():
         if len(made) > 20:
             wm.delete(made.pop(0))
 
-    race(train, notebook, reads=150)
+    # writes bounded: each adds a node, and a check over a graph that grows without end got slower and
+    # slower (once 600 s, with the reader starved)
+    race(train, notebook, reads=150, writes=400)
 
 
 def test_timeline_read_while_steps_leave_the_window_has_each_step_once():
@@ -154,7 +156,10 @@ def test_step_in_progress_read_while_training_records_it_is_one_moment_of_it(on_
 
     def notebook() -> None:
         step = s.step_index
-        check(s.table(step), step)
+        try:
+            check(s.table(step), step)
+        except StatsNotRetainedError:  # it ended while the reader waited, and left the window since
+            assert s.step_index > step + s.stats_window
         node = s.node_table("n3")  # what a remote tensor request checks its value against (the step then)
         assert len(node.keys) == len(node.values) <= 1
         if len(node.keys):

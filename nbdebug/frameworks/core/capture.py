@@ -25,6 +25,7 @@ from ...session.handle import Handles
 from ...session.level import LEVELS, Level
 from ...session.session import Session
 from .calls import Calls
+from .interrupts import interrupts_deferred
 from .monitoring import MonitorRows
 from .recording import Recording
 from .records import flatteners, user_stack
@@ -110,7 +111,7 @@ class Capture(Recording, Calls):
         """Framework work at the step boundary, before the session closes the step (hook handles ...)."""
 
     def end_step(self) -> None:
-        with self._lock:
+        with interrupts_deferred(), self._lock:  # a Ctrl-C here is raised once the boundary is whole
             raw = self.raw_rows()
             self.link_backward()
             self.closing_step()

@@ -220,7 +220,7 @@ class TorchAdapter(ModuleGrads, Capture):
     def _attach(self, model: torch.nn.Module) -> None:
         hooked = any(a.model_ref() is model and not a.closed for a in list(_LIVE))  # a replay's capture
         if self.level.ops:  # compiled kernels hide their ops: compiled code runs eagerly while attached
-            self.eager_compiled = self.hooks.add(run_eagerly(model, quiet=hooked)).paths
+            self.eager_compiled = self.hooks.add(run_eagerly(model, quiet=hooked, owner=self)).paths
         else:  # code compiled before now calls no hook of ours: compiled again
             retrace(model, hooked)
         monitor = not self.level.records_tensors

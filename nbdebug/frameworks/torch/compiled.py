@@ -30,6 +30,7 @@ from __future__ import annotations
 import os
 import sys
 import warnings
+import weakref
 from typing import Any
 
 import torch
@@ -94,10 +95,11 @@ def _names(paths: list[str]) -> str:
     return ", ".join(repr(p) if p else "the model" for p in paths[:4]) + (" …" if len(paths) > 4 else "")
 
 
-def run_eagerly(model: torch.nn.Module, quiet: bool = False) -> _EagerHandle:
-    """Set the ``force_eager`` stance until the handle's ``remove()``; warn when ``model`` holds compiled
-    modules (saying what runs eagerly and why), unless ``quiet`` (a replay's capture: its result says it,
-    :func:`replay_note`)."""
+def run_eagerly(model: torch.nn.Module, quiet: bool = False, owner: Any = None) -> _EagerHandle:
+    """Set the ``force_eager`` stance until the handle's ``remove()`` — or until ``owner`` (the capture) is
+    collected without being closed, so that a Debugger dropped unclosed does not leave every later compiled
+    call of the process eager; warn when ``model`` holds compiled modules (saying what runs eagerly and why),
+    unless ``quiet`` (a replay's capture: its result says it, :func:`replay_note`)."""
     import torch._dynamo.eval_frame as ef
 
     paths = compiled_modules(model)
@@ -113,7 +115,10 @@ def run_eagerly(model: torch.nn.Module, quiet: bool = False) -> _EagerHandle:
     if not _held:
         torch.compiler.set_stance("force_eager")
     _held.append(prev)
-    return _EagerHandle(paths)
+    handle = _EagerHandle(paths)
+    if owner is not None:
+        weakref.finalize(owner, handle.remove)
+    return handle
 
 
 def replay_note(paths: list[str]) -> str:
